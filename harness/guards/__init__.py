@@ -1,0 +1,1 @@
+"""Verification of a diagnosis draft before anything is released."""
