@@ -1,0 +1,531 @@
+"""The offline diagnosis analyst: plans evidence gathering and writes a draft from what it got.
+
+It reasons the way an on-call engineer reads evidence, with no knowledge of any particular
+incident:
+
+1. Look broadly: the knowledge base for the question, and every WARN-or-worse log pattern.
+2. Find the *symptom* (the error pattern that matches what the engineer reported) and the
+   *cause* candidates: other error patterns that begin shortly before the symptom, use the
+   vocabulary of something running out or breaking, share its service, and are backed by a
+   document or by a recent change in a configuration table.
+3. Follow up: look up the cause in the knowledge base, and read the tables where changes live.
+4. Write claims that quote the evidence verbatim; when the evidence shows no cause, make no
+   claim and say what is missing, so the run falls back honestly.
+
+Text in the evidence that addresses an assistant is never used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from harness.guards.injection import looks_like_instruction
+from harness.guards.quotes import quote_weight, scalar_leaves
+from harness.llm.offline.chat import sentences
+from harness.llm.offline.conversation import Conversation, sql_tables, untruncated
+from harness.llm.offline.lexicon import (
+    ACTION_WORDS,
+    CAUSE_TERMS,
+    CHANGE_TERMS,
+    SYMPTOM_TERMS,
+    TIME_COLUMN,
+    salient,
+    terms,
+)
+from harness.text import has_cjk, log_template
+from harness.tools.evidence import LOOKUP_KNOWLEDGE, QUERY_LOGS, QUERY_MYSQL
+
+_LEVELS = {"DEBUG": 0, "INFO": 1, "WARN": 2, "ERROR": 3, "FATAL": 4}
+MIN_CAUSE_SCORE = 3.0
+MAX_QUOTE_CHARS = 240
+
+
+def parse_ts(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        ts = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace(" ", "T", 1))
+    except ValueError:
+        return None
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+_DANGLING = re.compile(r"(?:\s+(?:after|for|in|of|to|by|with|from|at|on|is|was|=))+$", re.IGNORECASE)
+
+
+def literal(template: str) -> str:
+    """The readable constant part of a log template: its longest run of words between masks."""
+    segments = [seg.strip(" -:,;=([{)]}") for seg in template.split("<*>")]
+    best = max(segments, key=lambda seg: (len(seg.split()), len(seg)), default="")
+    return _DANGLING.sub("", best).strip(" -:,;=")[:160]
+
+
+def _quote(text: str) -> str:
+    text = untruncated(text).strip()
+    return text if len(text) <= MAX_QUOTE_CHARS else text[:MAX_QUOTE_CHARS].rstrip()
+
+
+@dataclass
+class Pattern:
+    template: str
+    count: int
+    level: str
+    services: tuple[str, ...]
+    first: datetime | None
+    last: datetime | None
+    example: str
+    call_id: str
+
+    @property
+    def rank(self) -> int:
+        return _LEVELS.get(self.level, 0)
+
+    @property
+    def words(self) -> set[str]:
+        return salient(f"{self.template} {' '.join(self.services)}")
+
+    def window(self) -> str:
+        def fmt(ts: datetime | None) -> str:
+            return ts.strftime("%Y-%m-%d %H:%M:%S") if ts else "?"
+
+        return f"{fmt(self.first)} – {fmt(self.last)}"
+
+
+@dataclass
+class Passage:
+    call_id: str
+    title: str
+    section: str
+    sentence: str
+    score: float
+
+
+@dataclass
+class ChangeRow:
+    call_id: str
+    quote: str
+    columns: list[str]
+    at: datetime | None
+    words: set[str]
+
+
+@dataclass
+class Analysis:
+    symptom: Pattern | None = None
+    cause: Pattern | None = None
+    passage: Passage | None = None
+    change: ChangeRow | None = None
+    recommendations: list[str] = field(default_factory=list)
+    limitations: list[str] = field(default_factory=list)
+    ignored_instructions: int = 0
+
+
+# --- reading the evidence ------------------------------------------------------------------
+
+
+def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
+    patterns: dict[str, Pattern] = {}
+    ignored = 0
+    for obs in conv.results(QUERY_LOGS):
+        items = obs.view.get("templates") or _templates_from_lines(obs.view.get("lines") or [])
+        for item in items:
+            if not isinstance(item, dict):
+                continue
+            template, example = str(item.get("template", "")), untruncated(str(item.get("example", "")))
+            if looks_like_instruction(template) or looks_like_instruction(example):
+                ignored += 1
+                continue
+            services = item.get("services") or []
+            found = Pattern(
+                template=untruncated(template),
+                count=int(item.get("count") or 0),
+                level=str(item.get("level", "")).upper(),
+                services=tuple(str(s) for s in services) if isinstance(services, list) else (),
+                first=parse_ts(item.get("first_ts")),
+                last=parse_ts(item.get("last_ts")),
+                example=example,
+                call_id=obs.call_id,
+            )
+            known = patterns.get(found.template)
+            if known is None or found.count > known.count:
+                patterns[found.template] = found
+    return list(patterns.values()), ignored
+
+
+def _templates_from_lines(lines: list[Any]) -> list[dict[str, Any]]:
+    groups: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        if not isinstance(line, dict):
+            continue
+        message = untruncated(str(line.get("message", "")))
+        key = log_template(message)
+        entry = groups.setdefault(
+            key,
+            {
+                "template": key,
+                "count": 0,
+                "level": line.get("level"),
+                "services": [],
+                "first_ts": line.get("ts"),
+                "last_ts": line.get("ts"),
+                "example": message,
+            },
+        )
+        entry["count"] += 1
+        if line.get("service") not in entry["services"]:
+            entry["services"].append(line.get("service"))
+        ts = str(line.get("ts") or "")
+        entry["first_ts"] = min(entry["first_ts"] or ts, ts)
+        entry["last_ts"] = max(entry["last_ts"] or ts, ts)
+    return list(groups.values())
+
+
+def knowledge_passages(conv: Conversation, focus: set[str], *, minimum: int = 3) -> list[Passage]:
+    """Sentences of the retrieved chunks that talk about ``focus``, best first."""
+    out = []
+    for obs in conv.results(LOOKUP_KNOWLEDGE):
+        for rank, chunk in enumerate(obs.view.get("chunks") or []):
+            if not isinstance(chunk, dict):
+                continue
+            heading = salient(f"{chunk.get('title', '')} {chunk.get('section', '')}")
+            for sentence in sentences(str(chunk.get("text", ""))):
+                if looks_like_instruction(sentence) or quote_weight(sentence) < 16:
+                    continue
+                overlap = len(focus & salient(sentence))
+                if overlap >= min(minimum, max(len(focus), 1)):
+                    score = overlap + 0.5 * len(focus & heading) - 0.1 * rank
+                    out.append(
+                        Passage(
+                            obs.call_id,
+                            str(chunk.get("title", "")),
+                            str(chunk.get("section", "")),
+                            _quote(sentence),
+                            score,
+                        )
+                    )
+    out.sort(key=lambda p: -p.score)
+    return out
+
+
+def change_rows(conv: Conversation) -> list[ChangeRow]:
+    out = []
+    for obs in conv.results(QUERY_MYSQL):
+        columns = [str(c) for c in obs.view.get("columns") or []]
+        time_index = next((i for i, c in enumerate(columns) if TIME_COLUMN.search(c.lower())), None)
+        for row in obs.view.get("rows") or []:
+            if not isinstance(row, list):
+                continue
+            cells = [c for c, _ in scalar_leaves(row)]
+            if any(looks_like_instruction(c) for c in cells):
+                continue
+            # Quote from the first descriptive cell to the last whole one (ids say nothing).
+            start = 1 if columns and columns[0].lower() in ("id", "pk") and len(cells) == len(row) else 0
+            whole = []
+            for cell in cells[start:]:
+                if cell.endswith("[truncated]"):
+                    break
+                whole.append(cell)
+            quote = (
+                " ".join(whole)[:MAX_QUOTE_CHARS].rsplit(" ", 1)[0]
+                if len(" ".join(whole)) > MAX_QUOTE_CHARS
+                else " ".join(whole)
+            )
+            at = parse_ts(row[time_index]) if time_index is not None and time_index < len(row) else None
+            out.append(ChangeRow(obs.call_id, quote, columns, at, salient(" ".join(cells))))
+    return out
+
+
+def _onset_score(candidate: Pattern, symptom: Pattern | None) -> float:
+    if symptom is None or candidate.first is None or symptom.first is None:
+        return 0.0
+    lead = (symptom.first - candidate.first).total_seconds()
+    if -120 <= lead <= 3_600:
+        return 2.0  # begins shortly before (or with) the symptom
+    if lead > 6 * 3_600:
+        return -1.5  # chronic: it was there long before anything broke
+    if lead < -120:
+        return -2.0  # begins after the symptom: an effect, not a cause
+    return 0.5
+
+
+def analyse(conv: Conversation) -> Analysis:
+    result = Analysis()
+    patterns, result.ignored_instructions = log_patterns(conv)
+    asked = terms(conv.question)
+    relevant = [p for p in patterns if p.rank >= 2 and asked & p.words]
+    if relevant:
+        result.symptom = max(relevant, key=lambda p: (len(asked & p.words), p.rank, p.count))
+    symptom = result.symptom
+    rows = change_rows(conv)
+    knowledge_words = {
+        w
+        for o in conv.results(LOOKUP_KNOWLEDGE)
+        for c in o.view.get("chunks") or []
+        if isinstance(c, dict)
+        for w in salient(str(c.get("text", "")))
+    }
+
+    def score(p: Pattern) -> float:
+        words = terms(p.template)
+        causal = len(words & CAUSE_TERMS)
+        symptomatic = len(words & SYMPTOM_TERMS)
+        value = 1.5 * min(causal, 3) - (1.0 if symptomatic and not causal else 0.0)
+        value += _onset_score(p, symptom) + (1.0 if p.rank >= 3 else 0.0)
+        if symptom is not None and set(p.services) & set(symptom.services):
+            value += 1.0
+        value += 0.5 * min(len(p.words & (asked | (symptom.words if symptom else set()))), 2)
+        if len(p.words & knowledge_words) >= 2:
+            value += 1.5
+        if any(p.words & r.words for r in rows):
+            value += 1.5
+        return value + 0.5 * min(math.log10(max(p.count, 1)), 2.0)
+
+    candidates = [p for p in patterns if p.rank >= 2 and p is not symptom]
+    if symptom is not None:
+        scored = sorted(((score(p), p) for p in candidates), key=lambda sp: -sp[0])
+        if scored and scored[0][0] >= MIN_CAUSE_SCORE:
+            result.cause = scored[0][1]
+        elif terms(symptom.template) & CAUSE_TERMS:
+            result.cause = symptom  # a self-explaining error: "certificate has expired"
+    cause = result.cause
+    if cause is None:
+        return _limitations(conv, result)
+
+    focus = cause.words | (symptom.words if symptom else set())
+    passages = knowledge_passages(conv, cause.words) or knowledge_passages(conv, focus)
+    result.passage = passages[0] if passages else None
+    linked = [r for r in rows if r.words & cause.words]
+    if cause.first is not None:
+        before = [
+            r
+            for r in linked
+            if r.at is None or (cause.first - timedelta(days=1) <= r.at <= cause.first + timedelta(minutes=5))
+        ]
+        linked = before or []
+    if linked:
+        result.change = max(
+            linked, key=lambda r: (len(r.words & cause.words), r.at or datetime.min.replace(tzinfo=UTC))
+        )
+    result.recommendations = _recommendations(
+        conv, focus | (result.change.words if result.change else set()), result.passage
+    )
+    return _limitations(conv, result)
+
+
+def _recommendations(conv: Conversation, focus: set[str], passage: Passage | None) -> list[str]:
+    """Action sentences of the documents, preferring the document of the best passage."""
+    picked = []
+    for p in knowledge_passages(conv, focus, minimum=1):
+        if not ACTION_WORDS.search(p.sentence):
+            continue
+        same_document = passage is not None and p.title == passage.title
+        picked.append((p.score + (3.0 if same_document else 0.0), p.sentence))
+    picked.sort(key=lambda item: -item[0])
+    return list(dict.fromkeys(sentence for _, sentence in picked))[:3]
+
+
+def _limitations(conv: Conversation, result: Analysis) -> Analysis:
+    zh = has_cjk(conv.question)
+    notes = result.limitations
+    if result.ignored_instructions:
+        notes.append(
+            f"证据中有 {result.ignored_instructions} 处文本试图向助手下达指令，已作为数据忽略。" if zh
+            else f"{result.ignored_instructions} piece(s) of evidence contained text addressed to an assistant; it was treated as data and ignored."
+        )  # fmt: skip
+    if any("truncated" in o.view for o in conv.observations):
+        notes.append(
+            "部分工具结果被截断。" if zh else "Some tool results were truncated; rarer patterns may be missing."
+        )
+    if QUERY_MYSQL not in conv.tools and not conv.results(QUERY_MYSQL):
+        notes.append(
+            "未连接业务数据库，未核对配置变更。"
+            if zh
+            else "No business database was available, so recent changes were not checked."
+        )
+    if result.symptom is None:
+        notes.append(
+            "日志中没有与所报告问题匹配的告警或错误。"
+            if zh
+            else "No WARN-or-worse log pattern matches the reported problem."
+        )
+    elif result.cause is None:
+        notes.append(
+            "日志显示了症状，但没有可以解释它的先发错误。"
+            if zh
+            else "The logs show the symptom but no earlier error that would explain it."
+        )
+    return result
+
+
+# --- planning ------------------------------------------------------------------------------
+
+
+def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
+    """The next tool calls, or nothing when it is time to write the draft."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    if conv.tool_steps == 0:
+        if LOOKUP_KNOWLEDGE in conv.tools:
+            calls.append((LOOKUP_KNOWLEDGE, {"query": conv.question[:500], "top_k": 5}))
+        if QUERY_LOGS in conv.tools:
+            calls.append((QUERY_LOGS, {"query": "", "level": "WARN", "limit": 100}))
+    elif conv.tool_steps == 1:
+        analysis = analyse(conv)
+        focus = analysis.cause or analysis.symptom
+        if focus is not None and LOOKUP_KNOWLEDGE in conv.tools:
+            calls.append(
+                (LOOKUP_KNOWLEDGE, {"query": literal(focus.template)[:200] or conv.question[:200], "top_k": 5})
+            )
+        if QUERY_MYSQL in conv.tools and focus is not None:
+            calls.extend((QUERY_MYSQL, {"sql": sql}) for sql in _change_queries(conv, focus))
+    elif conv.tool_steps == 2 and LOOKUP_KNOWLEDGE in conv.tools:
+        # With a cause in hand, look up how to fix it.
+        analysis = analyse(conv)
+        if analysis.cause is not None and not analysis.recommendations:
+            topic = analysis.passage.title if analysis.passage else ""
+            query = f"{topic} {literal(analysis.cause.template)} remediation fix".strip()
+            calls.append((LOOKUP_KNOWLEDGE, {"query": query[:200], "top_k": 5}))
+    return [(name, args) for name, args in calls if not conv.called(name, args)]
+
+
+def _change_queries(conv: Conversation, focus: Pattern) -> list[str]:
+    tables = sql_tables(conv.tools.get(QUERY_MYSQL))
+    wanted = focus.words | terms(conv.question)
+    ranked = []
+    for table, columns in tables.items():
+        words = terms(f"{table} {' '.join(columns)}")
+        value = 2 * len(words & CHANGE_TERMS) + len(words & wanted)
+        if value >= 2:
+            ranked.append((value, table, columns))
+    ranked.sort(key=lambda item: -item[0])
+    out = []
+    for _, table, columns in ranked[:2]:
+        if not re.fullmatch(r"[A-Za-z_][\w]*", table):
+            continue
+        time_column = next((c for c in columns if TIME_COLUMN.search(c.lower()) and re.fullmatch(r"\w+", c)), None)
+        order = f" ORDER BY {time_column} DESC" if time_column else ""
+        out.append(f"SELECT * FROM {table}{order} LIMIT 20")  # noqa: S608 - identifiers checked above
+    return out
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def _claim(statement: str, call_id: str, quote: str) -> dict[str, Any]:
+    return {"statement": statement, "citations": [{"tool_call_id": call_id, "quote": quote}]}
+
+
+def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[str, Any]:
+    a = analysis or analyse(conv)
+    zh = has_cjk(conv.question)
+    s, c = a.symptom, a.cause
+    if s is None or c is None:
+        return {
+            "conclusion": (
+                "收集到的证据不足以确定原因。"
+                if zh
+                else "The evidence gathered does not support a conclusion about the cause."
+            ),
+            "root_cause": "",
+            "claims": [],
+            "recommendations": [],
+            "limitations": a.limitations,
+        }
+    claims = []
+    services = ", ".join(s.services) or "?"
+    s_quote = _quote(s.example)
+    claims.append(
+        _claim(
+            f"{services} 在 {s.window()} 期间记录了 {s.count} 条 {s.level} 日志，例如“{s_quote}”。" if zh
+            else f"{services} logged {s.count} {s.level} events like “{s_quote}” between {s.window()}.",
+            s.call_id, s_quote,
+        )
+    )  # fmt: skip
+    c_services = ", ".join(c.services) or "?"
+    if c is not s:
+        c_quote = _quote(c.example)
+        lead = ""
+        if c.first and s.first and c.first < s.first:
+            minutes = max(1, round((s.first - c.first).total_seconds() / 60))
+            lead = f"，比症状早 {minutes} 分钟" if zh else f", {minutes} min before the first symptom"
+        claims.append(
+            _claim(
+                f"{c_services} 自 {c.window().split(' – ')[0]} 起记录了 {c.count} 条“{c_quote}”{lead}。" if zh
+                else f"{c_services} logged “{c_quote}” {c.count} times starting {c.window().split(' – ')[0]}{lead}.",
+                c.call_id, c_quote,
+            )
+        )  # fmt: skip
+    if a.passage is not None:
+        p = a.passage
+        where = " › ".join(x for x in (p.title, p.section) if x)
+        claims.append(
+            _claim(
+                f"知识库（{where}）指出：“{p.sentence}”"
+                if zh
+                else f"The knowledge base ({where}) says: “{p.sentence}”",
+                p.call_id,
+                p.sentence,
+            )
+        )
+    if a.change is not None:
+        row = a.change
+        claims.append(
+            _claim(
+                f"变更记录：“{row.quote}”（{', '.join(row.columns)}）。" if zh else f"A recorded change: “{row.quote}” ({', '.join(row.columns)}).",
+                row.call_id, row.quote,
+            )
+        )  # fmt: skip
+    cause_text = literal(c.template) or _quote(c.example)
+    symptom_text = literal(s.template) or s_quote
+    change_text = ""
+    if a.change is not None:
+        change_text = f"，发生在变更“{a.change.quote}”之后" if zh else f", after the change “{a.change.quote}”"
+    if c is s:
+        conclusion = (
+            f"{c_services} 的问题直接由“{cause_text}”引起{change_text}。" if zh
+            else f"The reported problem is the error “{cause_text}” in {c_services}{change_text}."
+        )  # fmt: skip
+    else:
+        conclusion = (
+            f"“{symptom_text}”最可能由 {c_services} 的“{cause_text}”导致{change_text}。" if zh
+            else f"“{symptom_text}” is most likely caused by “{cause_text}” in {c_services}{change_text}."
+        )  # fmt: skip
+    root_cause = f"{c_services}：{cause_text}{change_text}" if zh else f"{cause_text} ({c_services}){change_text}"
+    if a.passage is not None and a.passage.title:
+        root_cause += f"（参见“{a.passage.title}”）" if zh else f" — see “{a.passage.title}”"
+    recommendations = a.recommendations or [
+        "在变更系统之前，先在受影响的服务上确认以上发现。"
+        if zh
+        else "Confirm these findings on the affected service before changing anything."
+    ]
+    return {
+        "conclusion": conclusion,
+        "root_cause": root_cause,
+        "claims": claims,
+        "recommendations": recommendations,
+        "limitations": a.limitations,
+    }
+
+
+def repair_draft(conv: Conversation, findings_text: str) -> dict[str, Any]:
+    """Rewrite the draft without the claims the evidence check rejected."""
+    draft = write_draft(conv)
+    findings = re.search(r"\[.*\]", findings_text, re.DOTALL)
+    rejected: set[int] = set()
+    if findings:
+        try:
+            rejected = {
+                int(f["claim"])
+                for f in json.loads(findings.group(0))
+                if isinstance(f, dict) and f.get("claim") is not None
+            }
+        except (ValueError, TypeError, KeyError):
+            rejected = set()
+    draft["claims"] = [c for i, c in enumerate(draft["claims"]) if i not in rejected]
+    if not draft["claims"]:
+        draft["root_cause"] = ""
+    return draft

@@ -1,0 +1,366 @@
+"""The offline analyst's vocabulary: general SRE language in English and Chinese.
+
+Nothing here names a particular incident, service or scenario. It is the vocabulary any
+on-call engineer reads logs with: words that describe a resource running out or a component
+failing (cause-like), words that describe what users feel (symptom-like), a small bilingual
+glossary so a Chinese question can be matched with English logs, and a crude stemmer.
+"""
+
+from __future__ import annotations
+
+import re
+
+from harness.text import content_tokens
+
+_SUFFIXES = ("ations", "ation", "ions", "ion", "ings", "ing", "ness", "ed", "es", "s")
+
+
+def stem(token: str) -> str:
+    if not token.isascii():
+        return token
+    for suffix in _SUFFIXES:
+        if token.endswith(suffix) and len(token) - len(suffix) >= 4:
+            return token[: -len(suffix)]
+    return token
+
+
+# Chinese term -> English terms found in logs and documents.
+GLOSSARY: dict[str, tuple[str, ...]] = {
+    "支付": ("payment", "pay"), "付款": ("payment", "pay"), "订单": ("order",), "下单": ("order", "checkout"),
+    "结算": ("checkout",), "超时": ("timeout", "timed"), "连接池": ("pool", "connection"),
+    "连接": ("connection",), "数据库": ("database", "db", "mysql", "sql"), "缓存": ("cache", "redis"),
+    "磁盘": ("disk", "space"), "空间": ("space",), "证书": ("certificate", "cert", "tls", "ssl"),
+    "过期": ("expired", "expiry"), "内存": ("memory", "oom", "heap"), "慢": ("slow", "latency"),
+    "延迟": ("latency", "slow", "lag"), "错误": ("error",), "报错": ("error", "exception"),
+    "失败": ("fail", "failed", "failure"), "异常": ("exception", "error"), "登录": ("login", "auth"),
+    "认证": ("auth", "authentication"), "网关": ("gateway",), "部署": ("deploy", "deployment"),
+    "发布": ("release", "deploy", "rollout"), "上线": ("release", "deploy"), "配置": ("config", "configuration"),
+    "变更": ("change", "changed"), "队列": ("queue",), "消息": ("message",), "库存": ("inventory", "stock"),
+    "用户": ("user",), "接口": ("api", "endpoint"), "查询": ("query",), "索引": ("index",), "锁": ("lock",),
+    "死锁": ("deadlock",), "重启": ("restart",), "崩溃": ("crash",), "不可用": ("unavailable",),
+    "拒绝": ("refused", "rejected"), "限流": ("throttle", "rate", "limit"), "线程": ("thread",),
+    "网络": ("network",), "域名": ("dns", "domain"), "解析": ("resolve", "dns"), "满": ("full",),
+    "耗尽": ("exhausted",), "泄漏": ("leak",), "击穿": ("stampede", "miss"), "雪崩": ("stampede", "avalanche"),
+    "命中": ("hit",), "主从": ("replication", "replica"), "复制": ("replication",), "磁盘满": ("disk", "full"),
+    "搜索": ("search",), "通知": ("notification",), "邮件": ("email", "mail", "smtp"),
+}  # fmt: skip
+
+#: Words that describe a cause: something ran out, broke, expired or was refused.
+CAUSE_TERMS = frozenset(
+    stem(w)
+    for w in [
+        "exhausted",
+        "exhaustion",
+        "pool",
+        "limit",
+        "max",
+        "maximum",
+        "quota",
+        "capacity",
+        "full",
+        "space",
+        "oom",
+        "memory",
+        "killed",
+        "expired",
+        "expiry",
+        "invalid",
+        "refused",
+        "unreachable",
+        "deadlock",
+        "lock",
+        "saturated",
+        "throttled",
+        "backlog",
+        "evicted",
+        "eviction",
+        "miss",
+        "stampede",
+        "scan",
+        "lag",
+        "leak",
+        "overflow",
+        "rejected",
+        "acquire",
+        "available",
+        "unavailable",
+        "denied",
+        "dns",
+        "resolve",
+        "handshake",
+        "disk",
+        "inode",
+        "crash",
+        "panic",
+        "segfault",
+        "restart",
+        "corrupt",
+        "mismatch",
+        "misconfigured",
+        "missing",
+        "blocked",
+        "contention",
+        "starvation",
+        "degraded",
+        "unhealthy",
+        "down",
+        "offline",
+    ]
+)
+
+#: Words that describe a symptom: what users and callers experience.
+SYMPTOM_TERMS = frozenset(
+    stem(w)
+    for w in [
+        "timeout",
+        "timed",
+        "latency",
+        "slow",
+        "5xx",
+        "500",
+        "502",
+        "503",
+        "504",
+        "gateway",
+        "retry",
+        "retrying",
+        "failed",
+        "error",
+        "errors",
+        "upstream",
+        "request",
+        "response",
+        "p99",
+        "elevated",
+    ]
+)
+
+#: Words that mean "something changed": where recent changes live in a database.
+CHANGE_TERMS = frozenset(
+    stem(w)
+    for w in [
+        "change",
+        "changes",
+        "changed",
+        "config",
+        "configuration",
+        "setting",
+        "settings",
+        "deploy",
+        "deployment",
+        "release",
+        "rollout",
+        "migration",
+        "audit",
+        "history",
+        "version",
+        "flag",
+        "feature",
+        "parameter",
+        "param",
+    ]
+)
+
+TIME_COLUMN = re.compile(
+    r"(^|_)(changed|created|updated|deployed|applied|started|occurred)?_?(at|time|ts|timestamp|date)$"
+)
+
+#: Connective words of the analyst's own sentences; they say nothing about the incident.
+FRAMING = frozenset(
+    stem(w)
+    for w in [
+        "logged",
+        "events",
+        "event",
+        "like",
+        "between",
+        "and",
+        "from",
+        "to",
+        "first",
+        "last",
+        "time",
+        "times",
+        "before",
+        "after",
+        "starting",
+        "started",
+        "matching",
+        "records",
+        "record",
+        "recorded",
+        "row",
+        "table",
+        "says",
+        "said",
+        "knowledge",
+        "base",
+        "document",
+        "section",
+        "shows",
+        "show",
+        "most",
+        "likely",
+        "caused",
+        "cause",
+        "causes",
+        "root",
+        "reported",
+        "problem",
+        "the",
+        "a",
+        "of",
+        "in",
+        "on",
+        "at",
+        "by",
+        "with",
+        "was",
+        "were",
+        "is",
+        "are",
+        "this",
+        "that",
+        "which",
+        "while",
+        "then",
+        "also",
+        "its",
+        "their",
+        "service",
+        "services",
+        "level",
+        "evidence",
+        "found",
+        "confirms",
+        "confirm",
+        "symptom",
+        "underlying",
+        "following",
+        "followed",
+        "change",
+        "changed",
+        "changes",
+        "value",
+        "values",
+        "since",
+        "earliest",
+        "occurrence",
+        "occurrences",
+        "line",
+        "lines",
+        "日志",
+        "记录",
+        "期间",
+        "例如",
+        "条",
+        "表",
+        "文档",
+        "章节",
+        "显示",
+        "最可能",
+        "导致",
+        "根因",
+        "问题",
+        "之前",
+        "之后",
+        "开始",
+        "服务",
+        "知识库",
+        "变更",
+        "证据",
+    ]
+)
+
+ACTION_WORDS = re.compile(
+    r"\b(increase|raise|restore|roll\s*back|revert|restart|scale|reduce|rotate|renew|clear|add|"
+    r"remove|tune|limit|enable|disable|failover|flush|extend|replace|check|verify|monitor|alert)\b"
+    r"|扩容|回滚|恢复|重启|调大|增加|续期|清理|扩展|替换|检查|监控",
+    re.IGNORECASE,
+)
+
+DIAGNOSIS_CUES = re.compile(
+    r"\b(errors?|exceptions?|fail(s|ed|ing|ures?)?|time[ds]?\s*out|timing\s+out|timeouts?|latency|slow(ness|er)?|"
+    r"down|outage|crash(es|ed|ing)?|5\d\d|unavailable|degraded|spik(e|es|ing)|alerts?|alarms?|"
+    r"incident|broken|stuck|hang(s|ing)?|oom|not\s+working|refused|rejected|leak(s|ing)?|"
+    r"high\s+(cpu|memory|load)|disk\s+full|expired|p99|backlog|lag(ging)?|dropp(ed|ing))\b"
+    r"|报错|错误|异常|失败|超时|故障|告警|报警|宕机|挂了|卡住|很慢|变慢|延迟|不可用|崩溃|打不开|无法|飙升|满了|过期|泄漏|积压",
+    re.IGNORECASE,
+)
+INVESTIGATE_CUES = re.compile(
+    r"\b(investigate|diagnose|troubleshoot|root\s+cause|what\s+happened|why\s+(is|are|did|does|do|was|were)|"
+    r"figure\s+out|look\s+into|debug)\b|排查|诊断|定位|根因|原因|怎么回事|为什么",
+    re.IGNORECASE,
+)
+LIVE_CUES = re.compile(
+    r"\b(right\s+now|currently|since|started|starting|keeps?|we\s+(are\s+)?(see|seeing|get|getting)|"
+    r"(is|are)\s+\w+ing|today|this\s+morning|tonight|after\s+(the|a|our)\s+(deploy|release|change)|"
+    r"\d{1,2}:\d{2}|minutes?\s+ago|hours?\s+ago|in\s+prod(uction)?)\b|现在|目前|刚才|一直|突然|今天|线上|生产",
+    re.IGNORECASE,
+)
+KNOWLEDGE_CUES = re.compile(
+    r"\b(how\s+(do|does|can|should|to|is|are)|what\s+(is|are|does)|explain|difference\s+between|"
+    r"documentation|docs?|procedure|policy|best\s+practices?|configure|steps?\s+to|where\s+(can|do|is)|"
+    r"guide|runbook|meaning\s+of|define|definition)\b|如何|怎么(做|配置|设置|处理)|怎样|什么是|是什么|介绍|解释|文档|流程|规范|步骤|最佳实践",
+    re.IGNORECASE,
+)
+CHAT_CUES = re.compile(
+    r"^\s*(hi|hello|hey|thanks|thank\s+you|good\s+(morning|afternoon|evening)|yo|cheers)\b|"
+    r"\b(who\s+are\s+you|what\s+can\s+you\s+do|what\s+are\s+you|your\s+capabilit|help\s+me\s+understand\s+what\s+you)|"
+    r"^\s*(你好|您好|嗨|谢谢|多谢)|你是谁|你能做什么|你可以做什么|介绍一下你自己|你会什么",
+    re.IGNORECASE,
+)
+FOLLOW_UP_CUES = re.compile(
+    r"^\s*(and|also|what\s+about|how\s+about|then|so|but|why)\b|\b(that|it|this)\s+(fix|cause|change)|"
+    r"^\s*(那|还有|继续|为什么|然后|所以)",
+    re.IGNORECASE,
+)
+
+
+def terms(text: str) -> set[str]:
+    """Stemmed content tokens plus the English glossary terms of any Chinese words."""
+    found = {stem(t) for t in content_tokens(text)}
+    for zh, en in GLOSSARY.items():
+        if zh in text:
+            found.update(stem(e) for e in en)
+    return found
+
+
+#: The Chinese connective phrases of the analyst's own sentences (removed before tokenising).
+FRAMING_PHRASES = sorted(
+    [
+        "期间记录了",
+        "起记录了",
+        "比症状早",
+        "分钟",
+        "知识库",
+        "指出",
+        "变更记录",
+        "最可能由",
+        "导致",
+        "的问题直接由",
+        "引起",
+        "发生在变更",
+        "之后",
+        "之前",
+        "参见",
+        "例如",
+        "日志",
+        "记录",
+        "期间",
+        "根因",
+        "问题",
+        "服务",
+        "证据",
+        "条",
+    ],
+    key=len,
+    reverse=True,
+)
+
+
+def salient(text: str) -> set[str]:
+    """Terms that carry incident meaning: no framing words, nothing containing a digit."""
+    for phrase in FRAMING_PHRASES:
+        text = text.replace(phrase, " ")
+    return {t for t in terms(text) if t not in FRAMING and not any(ch.isdigit() for ch in t)}
