@@ -136,8 +136,9 @@ class DiagnosisExecutor:
         draft = outcome.draft
         if draft is None:
             return self._release.fallback(FallbackReason.DRAFT_INVALID, observations)
-        if not draft.claims:
-            scope.audit.event(TimelineCategory.EVIDENCE, "evidence.no_claims")
+        if not draft.claims or not draft.root_cause.strip():
+            # The agent itself found no supported cause: that is an honest fallback, not a report.
+            scope.audit.event(TimelineCategory.EVIDENCE, "evidence.no_conclusion", claims=len(draft.claims))
             return self._release.fallback(FallbackReason.INSUFFICIENT_EVIDENCE, observations)
 
         scope.status(Stage.EVIDENCE_CHECK)
@@ -149,7 +150,7 @@ class DiagnosisExecutor:
         if not check.result.passed:
             scope.status(Stage.EVIDENCE_REPAIR)
             repaired = self._repair.repair(scope.caller, outcome.conversation, draft, check.result)
-            if repaired is None or not repaired.claims:
+            if repaired is None or not repaired.claims or not repaired.root_cause.strip():
                 scope.audit.event(TimelineCategory.EVIDENCE, "evidence.repair_failed", parsed=repaired is not None)
                 return self._release.fallback(FallbackReason.EVIDENCE_REJECTED, observations)
             draft = repaired
