@@ -74,12 +74,16 @@ class OpenAIStub:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server API
+            def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
                 stub.requests.append({"path": self.path, "json": json.loads(body or b"{}")})
                 stub.headers.append({k.lower(): v for k, v in self.headers.items()})
-                reply = stub.replies.popleft() if stub.replies else StubReply(500, {"error": {"message": "no reply queued"}})
+                reply = (
+                    stub.replies.popleft()
+                    if stub.replies
+                    else StubReply(500, {"error": {"message": "no reply queued"}})
+                )
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
                 payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()

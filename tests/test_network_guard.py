@@ -20,7 +20,9 @@ def test_a_socket_to_a_public_address_fails_the_test() -> None:
 
 @pytest.mark.usefixtures("expect_blocked_network")
 def test_the_openai_provider_cannot_reach_a_real_endpoint() -> None:
-    model = OpenAICompatibleModel(OpenAIConfig("https://203.0.113.7/v1", "sk-not-real", "gpt-x", max_retries=0, timeout_s=2))
+    model = OpenAICompatibleModel(
+        OpenAIConfig("https://203.0.113.7/v1", "sk-not-real", "gpt-x", max_retries=0, timeout_s=2)
+    )
     request = ModelRequest(ModelRole.AGENT, Purpose.SYSTEM_CHAT, (Message.user("hi"),), timeout_s=2)
     # The client wraps the guard's error as a connection error; either way no request leaves.
     with pytest.raises((RealNetworkBlocked, ModelError)):
