@@ -78,7 +78,7 @@ class KnowledgeQueryExecutor:
             raise KnowledgeUnavailable()
         if observation.evidence_status != "ok":
             return self._release.fallback(FallbackReason.NO_KNOWLEDGE_EVIDENCE, boundary.observations)
-        view = json.loads(observation.content)
+        view = json.loads(observation.content)["result"]
         chunks = [
             {k: chunk.get(k) for k in ("document_id", "title", "section", "text")} for chunk in view.get("chunks", [])
         ]

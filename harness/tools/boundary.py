@@ -10,13 +10,14 @@ and writes a metadata-only audit row (fail-open). Calls of one model step run in
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,7 @@ from harness.ports import (
     TimelineCategory,
     ToolAuditRecord,
 )
-from harness.tools.projection import DEFAULT_LIMITS, ProjectionLimits, project_error, project_result
+from harness.tools.projection import DEFAULT_LIMITS, ProjectionLimits, dumps_json, project_error, project_result
 from harness.tools.spec import ToolArgumentError, ToolOutput, ToolRefused, ToolSpec
 
 logger = logging.getLogger(__name__)
@@ -173,6 +174,15 @@ class ToolBoundary:
     def _await(self, pending: Sequence[_Pending]) -> None:
         running = [p for p in pending if p.future is not None]
         while running:
+            soonest = min(p.started + p.timeout_s for p in running) - time.perf_counter()
+            timeout = max(0.0, min(_WAIT_SLICE_S, soonest))
+            if len(running) == 1:
+                future = running[0].future
+                assert future is not None
+                with contextlib.suppress(FutureTimeout):
+                    future.exception(timeout=timeout)  # returns as soon as it is done
+            else:
+                wait_futures([p.future for p in running if p.future is not None], timeout, "FIRST_COMPLETED")
             self._ctx.check()  # a cancel or the deadline stops the wait within one slice
             now = time.perf_counter()
             for p in running:
@@ -183,13 +193,6 @@ class ToolBoundary:
                     self._fail(p, InvocationStatus.TIMEOUT, "tool_timeout",
                                f"{p.call.name} did not answer within {p.timeout_s:.1f}s.")  # fmt: skip
             running = [p for p in running if p.output is None and p.error is None]
-            if running:
-                soonest = min(p.started + p.timeout_s for p in running) - time.perf_counter()
-                wait_futures(
-                    [p.future for p in running if p.future is not None],
-                    timeout=max(0.0, min(_WAIT_SLICE_S, soonest)),
-                    return_when="FIRST_COMPLETED",
-                )
 
     def _collect(self, p: _Pending) -> None:
         assert p.future is not None
@@ -211,7 +214,7 @@ class ToolBoundary:
         duration_ms = (time.perf_counter() - p.started) * 1000.0
         raw: Mapping[str, Any] | None = p.output.raw if p.output is not None else None
         evidence = p.output.evidence_status if p.output is not None else None
-        raw_text = json.dumps(raw, ensure_ascii=False, default=str) if raw is not None else ""
+        raw_bytes = len(dumps_json(raw).encode()) if raw is not None else 0
         if p.error is None and raw is not None and call.id in self._used:
             try:
                 self._store.put(
@@ -249,7 +252,7 @@ class ToolBoundary:
                 error_code=error_code,
                 duration_ms=duration_ms,
                 request_bytes=len(call.arguments.encode()),
-                result_bytes=len(raw_text.encode()),
+                result_bytes=raw_bytes,
             )
         )
         self._audit.event(

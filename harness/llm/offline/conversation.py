@@ -27,11 +27,14 @@ class Observation:
     call_id: str
     tool: str
     args: dict[str, Any]
+    #: the (bounded) result as the harness projected it; empty for an error
     view: dict[str, Any]
+    error: dict[str, Any] | None = None
+    truncated: bool = False
 
     @property
     def ok(self) -> bool:
-        return "error" not in self.view
+        return self.error is None
 
 
 @dataclass
@@ -73,11 +76,17 @@ def read(request: ModelRequest) -> Conversation:
                 args = loads(call.arguments)
                 calls[call.id] = (call.name, args if isinstance(args, dict) else {})
         elif message.role == "tool" and message.tool_call_id in calls:
-            view = loads(message.content)
+            top = loads(message.content)
             name, args = calls[message.tool_call_id]
-            conv.observations.append(
-                Observation(message.tool_call_id, name, args, view if isinstance(view, dict) else {"error": {}})
-            )
+            result = top.get("result") if isinstance(top, dict) else None
+            if isinstance(result, dict):
+                observation = Observation(message.tool_call_id, name, args, result, None, "truncated" in top)
+            else:
+                error = top.get("error") if isinstance(top, dict) else None
+                observation = Observation(
+                    message.tool_call_id, name, args, {}, error if isinstance(error, dict) else {}
+                )
+            conv.observations.append(observation)
     return conv
 
 
