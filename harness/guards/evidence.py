@@ -90,7 +90,7 @@ class EvidenceGuard:
                 if match is None:
                     findings.append(Finding("quote_not_found", "The quote does not occur in the cited result.", ci, qi))
                     continue
-                if looks_like_instruction(match.leaf):
+                if any(looks_like_instruction(leaf) for leaf in match.leaves):
                     findings.append(
                         Finding("instruction_like_evidence", "The quoted text addresses an assistant; it is not evidence.", ci, qi)
                     )  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,10 @@ MIN_QUOTE_WEIGHT = 12
 
 
 def normalise(text: str) -> str:
+    if text.isascii():
+        # The same result for ASCII, several times faster: NFKC and the typography table change
+        # nothing, casefold is lower, and str.split() splits on exactly the characters \s does.
+        return " ".join(text.lower().split())
     text = unicodedata.normalize("NFKC", text).translate(_TYPOGRAPHY).casefold()
     return _SPACE.sub(" ", text).strip()
 
@@ -39,24 +43,58 @@ def quote_weight(text: str) -> int:
     return len(normalised) + len(_CJK.findall(normalised))
 
 
-def scalar_leaves(value: Any, record: Mapping[str, Any] | None = None) -> Iterator[tuple[str, Mapping[str, Any]]]:
+_EMPTY: Mapping[str, Any] = {}
+
+
+def _collect(value: Any, record: Mapping[str, Any], leaves: list[str], records: list[Mapping[str, Any]]) -> None:
+    # Written out by hand (no generators, exact type checks first): it runs over every value of
+    # every cited result.
+    if type(value) is dict or isinstance(value, Mapping):
+        items: Any = value.values()
+        record = value
+    elif type(value) is list or type(value) is tuple:
+        items = value
+    else:
+        items = (value,)
+    for item in items:
+        kind = type(item)
+        if kind is str:
+            leaves.append(item)
+            records.append(record)
+        elif kind is int or kind is float:
+            leaves.append(str(item))
+            records.append(record)
+        elif kind is bool:
+            leaves.append("true" if item else "false")
+            records.append(record)
+        elif item is None:
+            continue
+        elif kind is dict or kind is list or kind is tuple or isinstance(item, Mapping | list | tuple):
+            _collect(item, record, leaves, records)
+        else:
+            leaves.append(str(item))
+            records.append(record)
+
+
+def scalar_leaves(value: Any) -> list[tuple[str, Mapping[str, Any]]]:
     """Every scalar value of a JSON-like structure, depth first, as text, with its record
     (the innermost object that holds it: a chunk, a log line, the result itself)."""
-    if isinstance(value, Mapping):
-        for item in value.values():
-            yield from scalar_leaves(item, value)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from scalar_leaves(item, record)
-    elif isinstance(value, bool):
-        yield ("true" if value else "false"), record or {}
-    elif value is not None:
-        yield str(value), record or {}
+    leaves: list[str] = []
+    records: list[Mapping[str, Any]] = []
+    _collect(value, _EMPTY, leaves, records)
+    return list(zip(leaves, records, strict=True))
+
+
+#: Fields that say where a value came from; a match inside a record with more of them is preferred
+#: (a log line with its service and time over the masked template that summarises it).
+IDENTIFYING_FIELDS = ("document_id", "title", "section", "service", "ts", "level")
+_MAX_OCCURRENCES = 20
 
 
 @dataclass(frozen=True, slots=True)
 class QuoteMatch:
-    leaf: str
+    #: every value the quote touches (one, or several adjacent ones such as the cells of a row)
+    leaves: tuple[str, ...]
     excerpt: str
     record: Mapping[str, Any]
 
@@ -67,10 +105,16 @@ class EvidenceText:
     EXCERPT_CHARS = 400
 
     def __init__(self, raw: Any) -> None:
-        pairs = [(leaf, record) for leaf, record in scalar_leaves(raw) if leaf.strip()]
-        self.leaves = [leaf for leaf, _ in pairs]
-        self._records = [record for _, record in pairs]
-        normalised = [normalise(leaf) for leaf in self.leaves]
+        leaves: list[str] = []
+        records: list[Mapping[str, Any]] = []
+        _collect(raw, _EMPTY, leaves, records)
+        self.leaves, self._records, normalised = [], [], []
+        for leaf, record in zip(leaves, records, strict=True):
+            text = normalise(leaf)
+            if text:
+                self.leaves.append(leaf)
+                self._records.append(record)
+                normalised.append(text)
         self._starts: list[int] = []
         position = 0
         for leaf in normalised:
@@ -82,24 +126,42 @@ class EvidenceText:
         needle = normalise(quote)
         if not needle:
             return None
+        best: tuple[int, int, int] | None = None
         at = self.text.find(needle)
-        if at < 0:
+        for _ in range(_MAX_OCCURRENCES):
+            if at < 0:
+                break
+            first = bisect.bisect_right(self._starts, at) - 1
+            last = bisect.bisect_right(self._starts, at + len(needle) - 1) - 1
+            record = self._records[first]
+            richness = sum(1 for k in IDENTIFYING_FIELDS if isinstance(record.get(k), str | int | float))
+            if best is None or richness > best[0]:
+                best = (richness, first, last)
+            if richness >= 3:
+                break
+            at = self.text.find(needle, at + 1)
+        if best is None:
             return None
-        first = bisect.bisect_right(self._starts, at) - 1
-        last = bisect.bisect_right(self._starts, at + len(needle) - 1) - 1
-        if first == last:
-            leaf = self.leaves[first]
-            return QuoteMatch(leaf, _excerpt(leaf, quote, self.EXCERPT_CHARS), self._records[first])
-        # The quote spans adjacent values (e.g. the cells of one row): show all of them.
-        span = " ".join(self.leaves[first : last + 1])
-        return QuoteMatch(self.leaves[first], span[: 2 * self.EXCERPT_CHARS], self._records[first])
+        _, first, last = best
+        leaves = tuple(self.leaves[first : last + 1])
+        limit = self.EXCERPT_CHARS if first == last else 2 * self.EXCERPT_CHARS
+        return QuoteMatch(leaves, _excerpt(" ".join(leaves), quote, limit), self._records[first])
 
 
-def _excerpt(leaf: str, quote: str, limit: int) -> str:
-    """The leaf itself, or a window of it around the quote when the leaf is long."""
-    if len(leaf) <= limit:
-        return leaf
-    # Offsets in normalised text are close to offsets in the leaf; centre the window on them.
-    at = max(normalise(leaf).find(normalise(quote)), 0)
-    start = max(0, min(at - limit // 4, len(leaf) - limit))
-    return leaf[start : start + limit]
+def _excerpt(text: str, quote: str, limit: int) -> str:
+    """The text itself, or a window of it that contains the quote when the text is long."""
+    if len(text) <= limit:
+        return text
+    words = quote.split()
+    found = re.search(r"\s+".join(re.escape(w) for w in words), text, re.IGNORECASE) if words else None
+    if found is None:
+        # The quote matched only after normalisation (typography, Unicode forms): show the
+        # normalised text, where the offsets are exact.
+        text = normalise(text)
+        at = max(text.find(normalise(quote)), 0)
+        span = (at, at + len(normalise(quote)))
+    else:
+        span = found.span()
+    room = max(limit - (span[1] - span[0]), 0)
+    start = max(0, min(span[0] - room // 2, len(text) - limit))
+    return text[start : start + limit]
