@@ -11,9 +11,11 @@ finishing, the run ends cancelled/failed and its draft result is discarded, neve
 from __future__ import annotations
 
 import logging
+import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from harness.agent import AgentSettings, DiagnosisAgent
 from harness.audit import Audit, AuditSinks
@@ -201,7 +203,8 @@ class ChatApplication:
         except HarnessError as exc:
             failure, release = exc, None
         except Exception as exc:  # noqa: BLE001 - an unexpected error ends the run, safely
-            logger.error("run %s failed unexpectedly: %s", run_id, type(exc).__name__)
+            # The type and where it was raised, never the message: it may quote prompts or evidence.
+            logger.error("run %s failed unexpectedly: %s at %s", run_id, type(exc).__name__, _where(exc))
             failure, release = HarnessError(), None
 
         if release is not None:
@@ -238,6 +241,8 @@ class ChatApplication:
             intent=intent.value if intent else None,
             usage=ctx.usage(),
             duration_ms=ctx.elapsed_ms(),
+            model_ms=ctx.model_time_s * 1000.0,
+            backend_ms=ctx.backend_time_s * 1000.0,
         )
         if terminal.status is RunStatus.COMPLETED and release is not None:
             return replace(
@@ -259,6 +264,11 @@ class ChatApplication:
             send()
         except Exception as exc:  # noqa: BLE001 - the stored run stays the truth
             logger.warning("observer %s failed for run %s: %s", what, run_id, type(exc).__name__)
+
+
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    return " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames))
 
 
 _INTERRUPTION_MESSAGES = {e.code: e.safe_message for e in (RunCancelled, DeadlineExceeded, WorkerShutdown)}

@@ -120,8 +120,8 @@ class RunContext:
         self._deadline = self._started + deadline_s
         self._lock = threading.Lock()
         self._interrupted = threading.Event()
-        self._terminal: TerminalState | None = None
-        self._interruption: type[RunInterrupted] | None = None
+        # One attribute, assigned once under the lock: readers never see half a transition.
+        self._end: tuple[TerminalState, type[RunInterrupted] | None] | None = None
         self._model_calls = 0
         self._tool_calls = 0
         self._input_tokens = 0
@@ -133,7 +133,8 @@ class RunContext:
 
     @property
     def terminal(self) -> TerminalState | None:
-        return self._terminal
+        end = self._end
+        return end[0] if end is not None else None
 
     @property
     def interrupted(self) -> bool:
@@ -150,10 +151,9 @@ class RunContext:
 
     def _transition(self, state: TerminalState, interruption: type[RunInterrupted] | None) -> bool:
         with self._lock:
-            if self._terminal is not None:
+            if self._end is not None:
                 return False
-            self._terminal = state
-            self._interruption = interruption
+            self._end = (state, interruption)
         if interruption is not None:
             self._interrupted.set()
         return True
@@ -168,14 +168,16 @@ class RunContext:
 
     def check(self) -> None:
         """Raise the run's interruption if it was cancelled or its deadline has passed."""
-        if self._terminal is None:
+        if self._end is None:
             reason = self._cancel_signal.requested() if self._cancel_signal is not None else None
             if reason is not None:
                 self.cancel(reason)
             elif self.remaining_s() <= 0:
                 self.cancel(CancelReason.DEADLINE)
-        if self._terminal is not None:
-            raise (self._interruption or RunCancelled)()
+        end = self._end
+        if end is not None:
+            # A run that already completed has nothing left to do either.
+            raise (end[1] or RunCancelled)()
 
     def begin_model_call(self) -> None:
         self.check()
@@ -228,10 +230,16 @@ class RunContext:
         """Time spent inside evidence backends (knowledge, logs, SQL)."""
         return self._backend_s
 
-    def wait(self, seconds: float) -> None:
-        """Sleep up to ``seconds`` (never past the deadline); wake early when interrupted."""
-        self._interrupted.wait(max(0.0, min(seconds, self.remaining_s())))
-        self.check()
+    def wait(self, seconds: float, *, poll_s: float = 0.05) -> None:
+        """Sleep up to ``seconds`` (never past the deadline); wake early when the run is
+        interrupted here or by the external cancel signal (polled every ``poll_s``)."""
+        until = self.clock.monotonic() + max(0.0, min(seconds, self.remaining_s()))
+        while True:
+            self.check()
+            left = until - self.clock.monotonic()
+            if left <= 0:
+                return
+            self._interrupted.wait(min(left, poll_s))
 
     def timeout_for(self, limit_s: float) -> float:
         """The time a blocking call may take: its own limit, cut to what the deadline leaves."""

@@ -2,7 +2,8 @@
 
 Every error carries a stable ``code`` (the value that reaches the ``failure`` event and the run
 row) and a ``safe_message`` that may be shown to a user. Provider messages, prompts and payloads
-never go into either: the original exception, when there is one, is chained for debugging only.
+never go into either, and provider exceptions are not chained onto them, so not even a logged
+traceback can carry what a provider said.
 """
 
 from __future__ import annotations

@@ -84,15 +84,21 @@ class PublishedResultPolicy:
             if text is None:
                 return None
             bounded_limitations.append(text)
-        bounded_sources: list[Mapping[str, str]] = []
+        bounded_sources: dict[str, Mapping[str, str]] = {}
         for source in sources:
             if not isinstance(source, Mapping):
                 return None
             if "document_id" not in source:
-                continue
+                continue  # not a document (only documents are remembered)
+            if any(not isinstance(source[k], str) for k in _SOURCE_KEYS if k in source):
+                return None
             entry = {k: t for k in _SOURCE_KEYS if (t := _text(source.get(k), lim.source_field_chars))}
-            if entry.get("document_id") and entry not in bounded_sources:
-                bounded_sources.append(entry)
+            if entry.get("document_id"):
+                bounded_sources.setdefault(entry["document_id"], entry)
         return PublishedResult(
-            query, conclusion, root_cause, tuple(bounded_limitations), tuple(bounded_sources[: lim.sources])
+            query,
+            conclusion,
+            root_cause,
+            tuple(bounded_limitations),
+            tuple(list(bounded_sources.values())[: lim.sources]),
         )

@@ -54,6 +54,9 @@ class RunResult:
     fallback_reason: str | None = None
     usage: UsageSnapshot = field(default_factory=UsageSnapshot)
     duration_ms: float = 0.0
+    #: of ``duration_ms``: time inside model providers, and inside evidence backends
+    model_ms: float = 0.0
+    backend_ms: float = 0.0
     published_result: Mapping[str, Any] | None = None
 
 

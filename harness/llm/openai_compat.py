@@ -78,8 +78,10 @@ class OpenAICompatibleModel:
         self._sleep = sleep
 
     def complete(self, request: ModelRequest) -> ModelResponse:
-        budget = min(self.config.timeout_s, request.timeout_s or self.config.timeout_s)
-        deadline = time.monotonic() + budget
+        # Each attempt may take the configured timeout; all attempts together never outlast the
+        # time the run has left (or, without a run deadline, every attempt's full timeout).
+        overall = request.timeout_s or self.config.timeout_s * (self.config.max_retries + 1)
+        deadline = time.monotonic() + overall
         kwargs: dict[str, Any] = {
             "model": self.config.model,
             "messages": [_message(m) for m in request.messages],
@@ -106,7 +108,9 @@ class OpenAICompatibleModel:
             if remaining <= 0:
                 raise ModelTimeout()
             try:
-                completion = self._client.chat.completions.create(**kwargs, timeout=remaining)
+                completion = self._client.chat.completions.create(
+                    **kwargs, timeout=min(self.config.timeout_s, remaining)
+                )
                 return self._parse(completion)
             except ModelError:
                 raise
