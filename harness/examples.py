@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from harness.ports import KnowledgeChunk, LogLine, Runbook
 from harness.testing import InMemoryKnowledge, InMemoryLogs, InMemoryRunbooks, SqliteSqlSource
@@ -169,3 +170,76 @@ def payment_incident(*, seed: int = 7) -> Incident:
         runbooks=InMemoryRunbooks(_RUNBOOKS),
         root_cause_keywords=("pool", "db.pool.max_size"),
     )
+
+
+# --- `python -m harness.examples`: the incident, diagnosed, streamed to the terminal ---------
+
+
+class _PrintingObserver:
+    def started(self, control: Any) -> None:
+        print(f"metadata  session={control.session_id} run={control.run_id}", flush=True)
+
+    def status(self, stage: Any, detail: Any = None) -> None:
+        extra = " ".join(f"{k}={v}" for k, v in (detail or {}).items())
+        print(f"status    {stage.value} {extra}".rstrip(), flush=True)
+
+    def finished(self, result: Any) -> None:
+        if result.content is not None:
+            print(f"content   {result.content.content_type.value}", flush=True)
+        if result.failure is not None:
+            print(f"failure   {result.failure.code}: {result.failure.message}", flush=True)
+        print(f"done      outcome={result.outcome.value}", flush=True)
+
+
+def _models_from_env() -> Any:
+    import os
+
+    from harness.llm.base import Models
+    from harness.llm.offline import OfflineAnalyst
+    from harness.llm.openai_compat import OpenAICompatibleModel, OpenAIConfig
+
+    base_url, key = os.environ.get("LLM_BASE_URL"), os.environ.get("LLM_API_KEY")
+    if base_url and key:
+        config = OpenAIConfig(
+            base_url,
+            key,
+            os.environ.get("LLM_MODEL", "gpt-4o-mini"),
+            timeout_s=float(os.environ.get("LLM_TIMEOUT_S", "60")),
+        )
+        return Models.single(OpenAICompatibleModel(config)), f"openai-compatible ({config.model})"
+    return Models.single(OfflineAnalyst()), "offline analyst"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    from harness.application import ChatApplication, ChatRequest
+    from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore
+
+    incident = payment_incident()
+    parser = argparse.ArgumentParser(description="Diagnose the bundled example incident.")
+    parser.add_argument("question", nargs="?", default=incident.question)
+    args = parser.parse_args(argv)
+    models, provider = _models_from_env()
+    app = ChatApplication(
+        models=models,
+        run_store=InMemoryRunStore(),
+        invocations=InMemoryInvocationStore(),
+        audit=InMemoryAudit().sinks(),
+        knowledge=incident.knowledge,
+        logs=incident.logs,
+        sql=incident.sql,
+        runbooks=incident.runbooks,
+    )
+    print(f"question  {args.question}\nmodel     {provider}\n", flush=True)
+    result = app.execute(ChatRequest(args.question, "demo"), _PrintingObserver())
+    if result.content is not None:
+        print("\n" + json.dumps(result.content.to_dict(), ensure_ascii=False, indent=2))
+    u = result.usage
+    print(f"\n{u.model_calls} model calls, {u.tool_calls} tool calls, {u.tokens} tokens, {result.duration_ms:.0f} ms")
+    return 0 if result.outcome.value in ("success", "fallback") else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

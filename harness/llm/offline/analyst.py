@@ -112,6 +112,8 @@ class ChangeRow:
     columns: list[str]
     at: datetime | None
     words: set[str]
+    #: from a table that records changes (by its name or its columns), not a business table
+    is_change: bool
 
 
 @dataclass
@@ -216,6 +218,8 @@ def change_rows(conv: Conversation) -> list[ChangeRow]:
     out = []
     for obs in conv.results(QUERY_MYSQL):
         columns = [str(c) for c in obs.view.get("columns") or []]
+        table = re.search(r"\bfrom\s+([\w.]+)", str(obs.args.get("sql", "")), re.IGNORECASE)
+        is_change = bool(terms(f"{table.group(1) if table else ''} {' '.join(columns)}") & CHANGE_TERMS)
         time_index = next((i for i, c in enumerate(columns) if TIME_COLUMN.search(c.lower())), None)
         for row in obs.view.get("rows") or []:
             if not isinstance(row, list):
@@ -236,32 +240,64 @@ def change_rows(conv: Conversation) -> list[ChangeRow]:
                 else " ".join(whole)
             )
             at = parse_ts(row[time_index]) if time_index is not None and time_index < len(row) else None
-            out.append(ChangeRow(obs.call_id, quote, columns, at, salient(" ".join(cells))))
+            out.append(ChangeRow(obs.call_id, quote, columns, at, salient(" ".join(cells)), is_change))
     return out
 
 
 def _onset_score(candidate: Pattern, symptom: Pattern | None) -> float:
+    """A cause starts shortly before its symptom and is still going when the symptom starts."""
     if symptom is None or candidate.first is None or symptom.first is None:
         return 0.0
     lead = (symptom.first - candidate.first).total_seconds()
-    if -120 <= lead <= 3_600:
-        return 2.0  # begins shortly before (or with) the symptom
-    if lead > 6 * 3_600:
-        return -1.5  # chronic: it was there long before anything broke
     if lead < -120:
-        return -2.0  # begins after the symptom: an effect, not a cause
-    return 0.5
+        score = -2.0  # begins after the symptom: an effect, not a cause
+    elif lead <= 900:
+        score = 3.0  # within a quarter of an hour before the symptom
+    elif lead <= 3_600:
+        score = 1.5
+    elif lead <= 6 * 3_600:
+        score = -0.5  # it was there well before anything broke
+    else:
+        score = -1.5  # chronic
+    if candidate.last is not None and candidate.last < symptom.first - timedelta(minutes=1):
+        score -= 1.5  # over before the symptom began
+    return score
 
 
-def analyse(conv: Conversation) -> Analysis:
-    result = Analysis()
-    patterns, result.ignored_instructions = log_patterns(conv)
+def _change_support(p: Pattern, rows: list[ChangeRow]) -> tuple[float, ChangeRow | None]:
+    """The best recorded change that precedes the pattern and touches what it is about."""
+    own = salient(p.template)
+    best: tuple[float, ChangeRow | None] = (0.0, None)
+    for row in rows:
+        if not row.is_change:
+            continue
+        if (
+            p.first is not None
+            and row.at is not None
+            and not (p.first - timedelta(days=1) <= row.at <= p.first + timedelta(minutes=5))
+        ):
+            continue
+        value = (1.5 if row.words & own else 0.0) + (1.0 if set(p.services) & row.words else 0.0)
+        if value > best[0]:
+            best = (value, row)
+    return best
+
+
+@dataclass
+class _Evidence:
+    patterns: list[Pattern]
+    ignored: int
+    symptom: Pattern | None
+    rows: list[ChangeRow]
+    knowledge_words: set[str]
+    asked: set[str]
+
+
+def _gather(conv: Conversation) -> _Evidence:
+    patterns, ignored = log_patterns(conv)
     asked = terms(conv.question)
     relevant = [p for p in patterns if p.rank >= 2 and asked & p.words]
-    if relevant:
-        result.symptom = max(relevant, key=lambda p: (len(asked & p.words), p.rank, p.count))
-    symptom = result.symptom
-    rows = change_rows(conv)
+    symptom = max(relevant, key=lambda p: (len(asked & p.words), p.rank, p.count)) if relevant else None
     knowledge_words = {
         w
         for o in conv.results(LOOKUP_KNOWLEDGE)
@@ -269,27 +305,41 @@ def analyse(conv: Conversation) -> Analysis:
         if isinstance(c, dict)
         for w in salient(str(c.get("text", "")))
     }
+    return _Evidence(patterns, ignored, symptom, change_rows(conv), knowledge_words, asked)
+
+
+def rank_causes(ev: _Evidence) -> list[tuple[float, Pattern]]:
+    """Cause candidates for the symptom, best first, with their scores."""
+    symptom = ev.symptom
+    if symptom is None:
+        return []
 
     def score(p: Pattern) -> float:
         words = terms(p.template)
         causal = len(words & CAUSE_TERMS)
-        symptomatic = len(words & SYMPTOM_TERMS)
-        value = 1.5 * min(causal, 3) - (1.0 if symptomatic and not causal else 0.0)
+        value = 1.0 * min(causal, 3) - (1.0 if words & SYMPTOM_TERMS and not causal else 0.0)
         value += _onset_score(p, symptom) + (1.0 if p.rank >= 3 else 0.0)
-        if symptom is not None and set(p.services) & set(symptom.services):
-            value += 1.0
-        value += 0.5 * min(len(p.words & (asked | (symptom.words if symptom else set()))), 2)
-        if len(p.words & knowledge_words) >= 2:
+        if set(p.services) & set(symptom.services):
             value += 1.5
-        if any(p.words & r.words for r in rows):
+        value += 0.5 * min(len(salient(p.template) & (ev.asked | symptom.words)), 2)
+        if len(salient(p.template) & ev.knowledge_words) >= 2:
             value += 1.5
+        value += _change_support(p, ev.rows)[0]
         return value + 0.5 * min(math.log10(max(p.count, 1)), 2.0)
 
-    candidates = [p for p in patterns if p.rank >= 2 and p is not symptom]
+    ranked = [(score(p), p) for p in ev.patterns if p.rank >= 2 and p is not symptom]
+    ranked.sort(key=lambda sp: -sp[0])
+    return ranked
+
+
+def analyse(conv: Conversation) -> Analysis:
+    ev = _gather(conv)
+    result = Analysis(symptom=ev.symptom, ignored_instructions=ev.ignored)
+    symptom = ev.symptom
     if symptom is not None:
-        scored = sorted(((score(p), p) for p in candidates), key=lambda sp: -sp[0])
-        if scored and scored[0][0] >= MIN_CAUSE_SCORE:
-            result.cause = scored[0][1]
+        ranked = rank_causes(ev)
+        if ranked and ranked[0][0] >= MIN_CAUSE_SCORE:
+            result.cause = ranked[0][1]
         elif terms(symptom.template) & CAUSE_TERMS:
             result.cause = symptom  # a self-explaining error: "certificate has expired"
     cause = result.cause
@@ -299,18 +349,7 @@ def analyse(conv: Conversation) -> Analysis:
     focus = cause.words | (symptom.words if symptom else set())
     passages = knowledge_passages(conv, cause.words) or knowledge_passages(conv, focus)
     result.passage = passages[0] if passages else None
-    linked = [r for r in rows if r.words & cause.words]
-    if cause.first is not None:
-        before = [
-            r
-            for r in linked
-            if r.at is None or (cause.first - timedelta(days=1) <= r.at <= cause.first + timedelta(minutes=5))
-        ]
-        linked = before or []
-    if linked:
-        result.change = max(
-            linked, key=lambda r: (len(r.words & cause.words), r.at or datetime.min.replace(tzinfo=UTC))
-        )
+    result.change = _change_support(cause, ev.rows)[1]
     result.recommendations = _recommendations(
         conv, focus | (result.change.words if result.change else set()), result.passage
     )
@@ -337,7 +376,7 @@ def _limitations(conv: Conversation, result: Analysis) -> Analysis:
             f"证据中有 {result.ignored_instructions} 处文本试图向助手下达指令，已作为数据忽略。" if zh
             else f"{result.ignored_instructions} piece(s) of evidence contained text addressed to an assistant; it was treated as data and ignored."
         )  # fmt: skip
-    if any("truncated" in o.view for o in conv.observations):
+    if any(o.truncated for o in conv.observations):
         notes.append(
             "部分工具结果被截断。" if zh else "Some tool results were truncated; rarer patterns may be missing."
         )
@@ -374,14 +413,15 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
         if QUERY_LOGS in conv.tools:
             calls.append((QUERY_LOGS, {"query": "", "level": "WARN", "limit": 100}))
     elif conv.tool_steps == 1:
-        analysis = analyse(conv)
-        focus = analysis.cause or analysis.symptom
-        if focus is not None and LOOKUP_KNOWLEDGE in conv.tools:
-            calls.append(
-                (LOOKUP_KNOWLEDGE, {"query": literal(focus.template)[:200] or conv.question[:200], "top_k": 5})
-            )
-        if QUERY_MYSQL in conv.tools and focus is not None:
-            calls.extend((QUERY_MYSQL, {"sql": sql}) for sql in _change_queries(conv, focus))
+        ev = _gather(conv)
+        # Look up the leading cause candidates, not just the first, so documents can tell them apart.
+        leading = [p for _, p in rank_causes(ev)[:2]] or ([ev.symptom] if ev.symptom else [])
+        if LOOKUP_KNOWLEDGE in conv.tools:
+            for p in leading:
+                query = literal(p.template)[:200] or conv.question[:200]
+                calls.append((LOOKUP_KNOWLEDGE, {"query": query, "top_k": 5}))
+        if QUERY_MYSQL in conv.tools and leading:
+            calls.extend((QUERY_MYSQL, {"sql": sql}) for sql in _change_queries(conv, leading[0]))
     elif conv.tool_steps == 2 and LOOKUP_KNOWLEDGE in conv.tools:
         # With a cause in hand, look up how to fix it.
         analysis = analyse(conv)
