@@ -127,7 +127,7 @@ def build_chain(
     inc = incident or payment_incident()
 
     def model(steps: Iterable[Step] | ChatModel, name: str) -> ChatModel:
-        return steps if hasattr(steps, "complete") else ScriptedModel(steps, name=name)  # type: ignore[return-value,arg-type]
+        return steps if hasattr(steps, "complete") else ScriptedModel(steps, name=name)  # type: ignore[return-value]
 
     models = {"router": model(router, "router"), "agent": model(agent, "agent"), "guard": model(guard, "guard")}
     store, invocations, audit = InMemoryRunStore(), InMemoryInvocationStore(), InMemoryAudit()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -195,7 +195,3 @@ def draft_citing(
         return draft_json([claim(statement, (ids[0] if ids else "call_missing", quote))], **fields)
 
     return respond(build)
-
-
-def on_request(fn: Callable[[ModelRequest], str]) -> Step:
-    return respond(fn)

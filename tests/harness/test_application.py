@@ -28,7 +28,7 @@ def pool_claim() -> Any:
     return cite("query_logs", POOL_LINE, "payment-service logged “Connection is not available, request timed out”.")
 
 
-def good_run() -> dict[str, list[Step]]:
+def good_run() -> dict[str, Any]:
     return {
         "router": [route("DIAGNOSIS")],
         "agent": [tool_calls(("lookup_knowledge", {"query": "payments timing out"}), LOGS), draft(pool_claim())],
@@ -298,7 +298,7 @@ def test_an_agent_without_tool_budget_must_answer_at_once() -> None:
     assert chain.scripted("agent").calls[0].tools == ()
 
 
-def _interrupt_at(boundary: str, interrupt: Any) -> dict[str, list[Step]]:
+def _interrupt_at(boundary: str, interrupt: Any) -> dict[str, Any]:
     """A good run whose model step or tool at ``boundary`` triggers ``interrupt`` first."""
 
     def hook(step: Step) -> Step:
@@ -346,7 +346,8 @@ def _run_interrupted(boundary: str, interrupt_factory: Any, **chain_kwargs: Any)
     if boundary == "tool":
         incident = payment_incident()
         chain_kwargs["incident"] = replace(
-            incident, logs=_InterruptingLogs(incident.logs, lambda: holder["interrupt"]())
+            incident,
+            logs=_InterruptingLogs(incident.logs, lambda: holder["interrupt"]()),  # type: ignore[arg-type]
         )
     chain = build_chain(**_interrupt_at(boundary, lambda: holder["interrupt"]()), **chain_kwargs)
     holder["interrupt"] = interrupt_factory(chain)

@@ -94,9 +94,7 @@ def test_two_model_errors_make_routing_unavailable() -> None:
 
 
 def test_the_router_makes_at_most_two_model_calls() -> None:
-    h, router = routed(
-        assistant_message("nope"), assistant_message("still no"), json_message({"intent": "DIAGNOSIS"})
-    )
+    h, router = routed(assistant_message("nope"), assistant_message("still no"), json_message({"intent": "DIAGNOSIS"}))
 
     with pytest.raises(RoutingUnavailable):
         IntentRouter().route(h.scope.caller, QUESTION, RoutingContext())
