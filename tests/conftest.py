@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+pytest_plugins = ["tests.django_fixtures"]
+
 _LLM_ENV = ("LLM_BASE_URL", "LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "LLM_MODEL")
 
 

@@ -1,0 +1,65 @@
+"""API keys: ``Authorization: Bearer <key>``, looked up by the key's SHA-256."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from chat.models import ApiKey
+
+KEY_PREFIX = "sba_"
+#: How stale ``last_used_at`` may be: refreshing it on every request would be a write each.
+LAST_USED_RESOLUTION = timedelta(minutes=5)
+
+
+def digest(raw_key: str) -> str:
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+def new_raw_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def key_from_header(value: str | None) -> str | None:
+    """The key from an Authorization header value, '' if the header is malformed."""
+    if not value:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or " " in token or len(token) > 200:
+        return ""
+    return token
+
+
+def user_for_key(raw_key: str) -> Any | None:
+    if not raw_key.startswith(KEY_PREFIX):
+        return None
+    wanted = digest(raw_key)
+    key = ApiKey.objects.select_related("user").filter(digest=wanted, revoked_at__isnull=True).first()
+    if key is None or not hmac.compare_digest(key.digest, wanted) or not key.user.is_active:
+        return None
+    now = timezone.now()
+    if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    return key.user
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[Any, None] | None:
+        raw = key_from_header(request.META.get("HTTP_AUTHORIZATION"))
+        if raw is None:
+            return None
+        user = user_for_key(raw) if raw else None
+        if user is None:
+            raise exceptions.AuthenticationFailed()
+        return user, None
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="api"'

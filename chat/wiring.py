@@ -1,0 +1,94 @@
+"""The composition root: the one place where the harness meets its adapters.
+
+Read ``application()`` and you have read the architecture: the harness's ChatApplication
+with the ORM run store and audit sinks, the Redis invocation store and cancel signal, the
+models chosen per role from settings, and the configured evidence backends.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from django.conf import settings
+
+from chat.redis_store import RedisCancelSignal, RedisInvocationStore
+from harness.application import ChatApplication, HarnessSettings
+from harness.audit import AuditSinks
+from harness.context import Budgets
+from harness.llm.base import ChatModel, Models
+from harness.llm.offline import OfflineAnalyst
+from harness.llm.openai_compat import OpenAICompatibleModel, OpenAIConfig
+from traces.stores import DjangoAuditSinks, DjangoRunStore
+
+ROLES = ("router", "agent", "guard")
+
+
+def _role_config(role: str) -> OpenAIConfig | None:
+    llm: dict[str, Any] = settings.LLM
+    own = llm["ROLES"][role]
+    base_url = own["BASE_URL"] or llm["BASE_URL"]
+    api_key = own["API_KEY"] or llm["API_KEY"]
+    if not (base_url and api_key):
+        return None
+    return OpenAIConfig(
+        base_url=base_url,
+        api_key=api_key,
+        model=own["MODEL"] or llm["MODEL"],
+        timeout_s=llm["TIMEOUT_S"],
+        max_retries=llm["MAX_RETRIES"],
+    )
+
+
+def providers() -> dict[str, str]:
+    """Which provider answers each role (no secrets): for readyz and the admin."""
+    out = {}
+    for role in ROLES:
+        config = _role_config(role)
+        out[role] = f"openai-compatible:{config.model}" if config else "offline"
+    return out
+
+
+def models() -> Models:
+    offline = OfflineAnalyst()
+    chosen: dict[str, ChatModel] = {}
+    for role in ROLES:
+        config = _role_config(role)
+        chosen[role] = OpenAICompatibleModel(config) if config else offline
+    return Models(router=chosen["router"], agent=chosen["agent"], guard=chosen["guard"])
+
+
+def evidence_backends() -> dict[str, Any]:
+    if settings.EVIDENCE_SOURCE == "none":
+        return {"knowledge": None, "logs": None, "sql": None, "runbooks": None}
+    from harness.examples import payment_incident
+
+    incident = payment_incident()
+    return {"knowledge": incident.knowledge, "logs": incident.logs, "sql": incident.sql, "runbooks": incident.runbooks}
+
+
+def harness_settings() -> HarnessSettings:
+    h: dict[str, Any] = settings.HARNESS
+    return HarnessSettings(
+        deadline_s=h["DEADLINE_S"],
+        budgets=Budgets(
+            max_model_calls=int(h["MAX_MODEL_CALLS"]),
+            max_tool_calls=int(h["MAX_TOOL_CALLS"]),
+            max_tokens=int(h["MAX_TOKENS"]),
+        ),
+        tool_timeout_s=h["TOOL_TIMEOUT_S"],
+    )
+
+
+@functools.cache
+def application() -> ChatApplication:
+    sinks = DjangoAuditSinks()
+    return ChatApplication(
+        models=models(),
+        run_store=DjangoRunStore(),
+        invocations=RedisInvocationStore(ttl_s=int(settings.HARNESS["INVOCATION_TTL_S"])),
+        audit=AuditSinks(steps=sinks, tools=sinks, timeline=sinks, reasoning=sinks),
+        settings=harness_settings(),
+        cancel_signal=RedisCancelSignal,
+        **evidence_backends(),
+    )

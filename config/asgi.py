@@ -1,0 +1,9 @@
+"""ASGI entry point: the API and the SSE streams are served here (e.g. by uvicorn)."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+application = get_asgi_application()

@@ -1,0 +1,214 @@
+"""Django settings. Everything is configured from the environment; see .env.example.
+
+With no environment at all the service runs locally: SQLite in ./var, Redis on localhost,
+the offline analyst as the model.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from urllib.parse import urlparse
+
+import dj_database_url
+
+from config.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+# A random key per process when none is configured: nothing here signs long-lived data with it.
+SECRET_KEY = env_str("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_eventstream",
+    "traces",
+    "chat",
+    "knowledge",
+]
+
+MIDDLEWARE = [
+    "chat.middleware.BodySizeLimitMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database ------------------------------------------------------------------------------
+
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'superbizagent.sqlite3'}")
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 300))}
+_engine = DATABASES["default"]["ENGINE"]
+if _engine.endswith("sqlite3"):
+    # Web and worker processes write the same file: WAL, a busy timeout and immediate
+    # transactions keep writers queueing instead of failing with "database is locked".
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+elif "mysql" in _engine:
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "charset": "utf8mb4",
+            "init_command": "SET sql_mode='STRICT_TRANS_TABLES'",
+            "isolation_level": "read committed",
+        }
+    )
+    DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# Requests bigger than this are refused (413) before anything reads them.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 64 * 1024)
+
+# --- Redis, Celery, event stream -----------------------------------------------------------
+
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", REDIS_URL)
+
+RUN_DEADLINE_S = env_float("RUN_DEADLINE_S", 120.0)
+# A message not acknowledged within this time is redelivered: longer than any run can take.
+CELERY_VISIBILITY_TIMEOUT_S = max(env_int("CELERY_VISIBILITY_TIMEOUT_S", 3_600), int(RUN_DEADLINE_S * 3))
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S}
+CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT_S", 2.0)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_DEFAULT_QUEUE = "runs"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+_r = urlparse(REDIS_URL)
+# Events sent by workers reach the web processes' listeners through Redis pub/sub.
+EVENTSTREAM_REDIS = {
+    "host": _r.hostname or "127.0.0.1",
+    "port": _r.port or 6379,
+    "db": int((_r.path or "/0").lstrip("/") or 0),
+    **({"password": _r.password} if _r.password else {}),
+}
+EVENTSTREAM_STORAGE_CLASS = "chat.events.RunEventStorage"
+EVENTSTREAM_CHANNELMANAGER_CLASS = "chat.events.RunChannelManager"
+
+# --- the harness ---------------------------------------------------------------------------
+
+HARNESS = {
+    "DEADLINE_S": RUN_DEADLINE_S,
+    "MAX_MODEL_CALLS": env_int("RUN_MAX_MODEL_CALLS", 12),
+    "MAX_TOOL_CALLS": env_int("RUN_MAX_TOOL_CALLS", 12),
+    "MAX_TOKENS": env_int("RUN_MAX_TOKENS", 120_000),
+    "TOOL_TIMEOUT_S": env_float("TOOL_TIMEOUT_S", 15.0),
+    "INVOCATION_TTL_S": max(env_int("INVOCATION_TTL_S", 86_400), int(RUN_DEADLINE_S * 2)),
+}
+# Provider per role: "offline" unless an OpenAI-compatible endpoint is configured.
+LLM = {
+    "BASE_URL": env_str("LLM_BASE_URL"),
+    "API_KEY": env_str("LLM_API_KEY"),
+    "MODEL": env_str("LLM_MODEL", "gpt-4o-mini"),
+    "TIMEOUT_S": env_float("LLM_TIMEOUT_S", 60.0),
+    "MAX_RETRIES": env_int("LLM_MAX_RETRIES", 2),
+    "ROLES": {
+        role: {
+            "BASE_URL": env_str(f"LLM_{role.upper()}_BASE_URL"),
+            "API_KEY": env_str(f"LLM_{role.upper()}_API_KEY"),
+            "MODEL": env_str(f"LLM_{role.upper()}_MODEL"),
+        }
+        for role in ("router", "agent", "guard")
+    },
+}
+# Runs allowed to wait in the queue before new questions get 503 queue_full.
+MAX_QUEUED_RUNS = env_int("MAX_QUEUED_RUNS", 1_000)
+
+# --- REST API ------------------------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["chat.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "chat.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "SuperBizAgent API",
+    "DESCRIPTION": "Traceable fault diagnosis: ask a question, follow the run, read the verified result.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_AUTHENTICATION": [],
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- logging: ids, stages, codes and durations only -----------------------------------------
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"redact": {"()": "config.logging.RedactExceptions"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        "django_eventstream": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+        "openai": {"level": "WARNING"},
+    },
+}
+
+# Where the evidence tools look. "example": the bundled in-memory incident (until the
+# knowledge app's real backends are configured); "none": no evidence tools at all.
+EVIDENCE_SOURCE = env_str("EVIDENCE_SOURCE", "example")

@@ -1,0 +1,24 @@
+"""Settings for the test suite: the same service, on its own Redis database and files."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+os.environ.setdefault("VAR_DIR", str(os.path.join(os.path.dirname(os.path.dirname(__file__)), "var", "test")))
+
+from config.settings import *  # noqa: F403
+from config.settings import HARNESS
+
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+_r = urlparse(REDIS_URL)
+EVENTSTREAM_REDIS = {
+    "host": _r.hostname or "127.0.0.1",
+    "port": _r.port or 6379,
+    "db": int((_r.path or "/15").lstrip("/") or 15),
+    **({"password": _r.password} if _r.password else {}),
+}
+HARNESS = {**HARNESS, "DEADLINE_S": float(os.environ.get("RUN_DEADLINE_S", "60"))}
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,1 @@
+"""Documents, chunks, runbooks and logs arrive here with the evidence backends."""
