@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | sha1sum | cut -c1-12)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test check lint typecheck format bench clean
+.PHONY: help setup demo serve test check lint typecheck migrations format bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -15,25 +15,39 @@ $(STAMP): requirements.txt requirements-dev.txt
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) is required"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@pkg-config --exists mysqlclient 2>/dev/null || pkg-config --exists libmariadb 2>/dev/null || $(MAKE) --no-print-directory mysql-headers
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	@rm -f $(VENV)/.installed-* && touch $@
 
 setup: $(STAMP) ## create the virtualenv and install pinned dependencies
 
-demo: $(STAMP) ## diagnose the bundled example incident with the offline analyst, streaming progress
-	$(BIN)/python -m harness.examples
+mysql-headers:
+	@echo "installing the MySQL client headers mysqlclient builds against (Debian: libmariadb-dev, pkg-config)"
+	@command -v apt-get >/dev/null || { echo "install the MySQL/MariaDB client headers and pkg-config, then retry"; exit 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q libmariadb-dev pkg-config >/dev/null || \
+	  { DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libmariadb-dev pkg-config >/dev/null; }
 
-test: $(STAMP) ## set up, then run the whole test suite
+demo: $(STAMP) ## set up, start the service locally, ask a diagnosis question over the API, stream it, stop
+	$(BIN)/python manage.py demo
+
+serve: $(STAMP) ## run the service in the foreground: migrations, Redis if needed, ASGI server on $$PORT and a worker
+	$(BIN)/python manage.py serve
+
+test: $(STAMP) ## set up (Redis started locally if none answers), then run the whole test suite
+	$(BIN)/python -m chat.stack ensure-redis
 	$(BIN)/python -m pytest
 
 lint: $(STAMP) ## ruff lint and format check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(STAMP) ## mypy (strict on harness/)
-	$(BIN)/mypy harness tests bench
+typecheck: $(STAMP) ## mypy (strict on harness/, django-stubs elsewhere)
+	$(BIN)/mypy harness chat traces knowledge config tests bench
 
-check: lint typecheck ## everything CI checks before the tests
+migrations: $(STAMP) ## fail if the models and the migrations have drifted apart
+	$(BIN)/python manage.py makemigrations --check --dry-run
+
+check: lint typecheck migrations ## everything CI checks before the tests
 
 format: $(STAMP) ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .

@@ -181,7 +181,7 @@ def bench_tool_calls(rounds: int) -> dict[str, Any]:
 
 def _in_fresh_process(part: str, count: int) -> dict[str, Any]:
     """Each part runs in its own interpreter, so one's garbage never taxes the other's timing."""
-    out = subprocess.run(  # noqa: S603 - our own module, our own interpreter
+    out = subprocess.run(
         [sys.executable, "-m", "bench.harness_bench", "--part", part, "--count", str(count)],
         check=True,
         capture_output=True,

@@ -126,7 +126,9 @@ async def _stream(storage: RunEventStorage, channel: str, last_id: int, user_id:
     read = sync_to_async(storage.get_events)
     loop = asyncio.get_running_loop()
     try:
-        yield "retry: 2000\n\n"
+        # Field lines with no blank line after them: they belong to the next event's block, so
+        # no client sees an empty event (some dispatch one for a retry-only or comment block).
+        yield "retry: 2000\n"
         while True:
             with manager.lock:  # empty the live queue first: whatever arrives now is kept
                 listener.channel_items = {}
@@ -146,7 +148,7 @@ async def _stream(storage: RunEventStorage, channel: str, last_id: int, user_id:
                     await asyncio.wait_for(listener.aevent.wait(), timeout=POLL_S)
                 except TimeoutError:
                     if loop.time() - quiet_since >= KEEP_ALIVE_S:
-                        yield ": keep-alive\n\n"
+                        yield ": keep-alive\n"
                         quiet_since = loop.time()
                     break  # look at the rows again, in case a live event went missing
                 with manager.lock:

@@ -8,6 +8,7 @@ models chosen per role from settings, and the configured evidence backends.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 from django.conf import settings
@@ -58,13 +59,35 @@ def models() -> Models:
     return Models(router=chosen["router"], agent=chosen["agent"], guard=chosen["guard"])
 
 
+class _Slowed:
+    """A backend that takes ``latency_s`` longer to answer: to demo or test slow evidence."""
+
+    def __init__(self, backend: Any, latency_s: float) -> None:
+        self._backend = backend
+        self._latency_s = latency_s
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._backend, name)
+        if name not in ("search", "query", "execute"):
+            return attribute
+
+        def slowed(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(self._latency_s)
+            return attribute(*args, **kwargs)
+
+        return slowed
+
+
 def evidence_backends() -> dict[str, Any]:
     if settings.EVIDENCE_SOURCE == "none":
         return {"knowledge": None, "logs": None, "sql": None, "runbooks": None}
     from harness.examples import payment_incident
 
     incident = payment_incident()
-    return {"knowledge": incident.knowledge, "logs": incident.logs, "sql": incident.sql, "runbooks": incident.runbooks}
+    backends: dict[str, Any] = {"knowledge": incident.knowledge, "logs": incident.logs, "sql": incident.sql}
+    if settings.EVIDENCE_LATENCY_S > 0:
+        backends = {name: _Slowed(backend, settings.EVIDENCE_LATENCY_S) for name, backend in backends.items()}
+    return {**backends, "runbooks": incident.runbooks}
 
 
 def harness_settings() -> HarnessSettings:

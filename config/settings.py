@@ -212,3 +212,5 @@ LOGGING = {
 # Where the evidence tools look. "example": the bundled in-memory incident (until the
 # knowledge app's real backends are configured); "none": no evidence tools at all.
 EVIDENCE_SOURCE = env_str("EVIDENCE_SOURCE", "example")
+# Added to every evidence call: to see a run's progress in the demo, or to test cancelling.
+EVIDENCE_LATENCY_S = env_float("EVIDENCE_LATENCY_S", 0.0)

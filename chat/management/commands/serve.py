@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from chat.stack import Stack
+
+
+class Command(BaseCommand):
+    help = "Run the service in the foreground: migrations, Redis if none is reachable, the ASGI server and a Celery worker. Ctrl-C or SIGTERM stops all of it."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, default=int(__import__("os").environ.get("PORT", "8000")))
+        parser.add_argument("--web-workers", type=int, default=1)
+        parser.add_argument("--worker-concurrency", type=int, default=2)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        stack = Stack(
+            port=options["port"],
+            web_workers=options["web_workers"],
+            worker_concurrency=options["worker_concurrency"],
+            log_dir=settings.VAR_DIR / "logs",
+            quiet=False,
+        )
+        try:
+            stack.start()
+            self.stdout.write(
+                f"SuperBizAgent is up on {stack.base_url} (API under /api/, docs at /api/docs, admin at /admin/). Ctrl-C stops it."
+            )
+            while not stop.wait(1.0):
+                for name, process in stack.processes.items():
+                    if process.poll() is not None:
+                        self.stderr.write(f"{name} exited with {process.returncode}; stopping")
+                        stop.set()
+        finally:
+            self.stdout.write("stopping…")
+            stack.stop()

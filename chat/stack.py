@@ -1,0 +1,198 @@
+"""Running the whole service on one machine: Redis (when none is reachable), the ASGI server
+and a Celery worker, as child processes that stop together.
+
+Used by ``manage.py serve`` (foreground), ``manage.py demo``, the end-to-end tests and the
+benchmarks, so all of them run exactly the same processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+import redis
+
+logger = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def redis_reachable(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5).ping())
+    except redis.RedisError:
+        return False
+
+
+def _redis_server_binary() -> str | None:
+    found = shutil.which("redis-server")
+    if found or not shutil.which("apt-get") or os.geteuid() != 0:
+        return found
+    # Debian's package, installed on first use where we may (root, apt available).
+    logger.warning("redis-server is missing; installing Debian's redis-server")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "redis-server"]
+    if subprocess.run(install, check=False, capture_output=True, env=env).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], check=False, capture_output=True, env=env)
+        subprocess.run(install, check=False, capture_output=True, env=env)
+    return shutil.which("redis-server")
+
+
+@dataclass
+class Stack:
+    """The service's processes. ``env`` is passed to every child on top of os.environ."""
+
+    port: int = 8000
+    env: Mapping[str, str] = field(default_factory=dict)
+    web_workers: int = 1
+    worker_concurrency: int = 2
+    log_dir: Path | None = None
+    quiet: bool = True
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+
+    def _spawn(self, name: str, command: list[str]) -> None:
+        log_dir = self.log_dir or Path(tempfile.mkdtemp(prefix="sba-stack-"))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        out = open(log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        self.processes[name] = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=self._env(),
+            stdout=out if self.quiet else None,
+            stderr=subprocess.STDOUT if self.quiet else None,
+            start_new_session=True,
+        )
+
+    def ensure_redis(self) -> None:
+        url = self._env().get("REDIS_URL", "redis://127.0.0.1:6379/0")
+        if redis_reachable(url):
+            return
+        binary = _redis_server_binary()
+        if binary is None:
+            raise RuntimeError(f"Redis is not reachable at {url} and redis-server could not be installed")
+        port = urlparse(url).port or 6379
+        self._spawn("redis", [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        self._wait(lambda: redis_reachable(url), "redis", 10)
+
+    def start(self, *, with_redis: bool = True, timeout_s: float = 60.0) -> Stack:
+        if with_redis:
+            self.ensure_redis()
+        self._spawn(
+            "web",
+            [
+                sys.executable, "-m", "uvicorn", "config.asgi:application",
+                "--host", "127.0.0.1", "--port", str(self.port),
+                "--workers", str(self.web_workers), "--loop", "uvloop", "--http", "httptools",
+                "--log-level", "warning", "--no-access-log", "--timeout-graceful-shutdown", "5",
+            ],
+        )  # fmt: skip
+        self._spawn(
+            "worker",
+            [
+                sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "runs", "-n", f"runs-{self.port}@%h",
+                "--concurrency", str(self.worker_concurrency), "--prefetch-multiplier", "1", "-O", "fair",
+                "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
+            ],
+        )  # fmt: skip
+        self._wait(self._web_ready, "web", timeout_s)
+        self._wait(self._worker_ready, "worker", timeout_s)
+        return self
+
+    def _web_ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.base_url}/api/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _worker_ready(self) -> bool:
+        from config.celery import app
+
+        try:
+            replies = app.control.ping(destination=[f"runs-{self.port}@{socket.gethostname()}"], timeout=0.5)
+        except Exception:  # noqa: BLE001 - not up yet
+            return False
+        return bool(replies)
+
+    def _wait(self, ready: object, name: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            process = self.processes.get(name)
+            if process is not None and process.poll() is not None:
+                raise RuntimeError(f"{name} exited with {process.returncode}; see its log")
+            if ready():  # type: ignore[operator]
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"{name} did not become ready within {timeout_s:.0f}s")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM every child (workers finish their current run first), SIGKILL stragglers."""
+        for name in ("web", "worker", "redis"):
+            process = self.processes.get(name)
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for process in self.processes.values():
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self.processes.clear()
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def ensure_redis_daemon(url: str) -> None:
+    """Start a background redis-server for ``url`` unless one answers (for ``make test``)."""
+    if redis_reachable(url):
+        return
+    binary = _redis_server_binary()
+    if binary is None:
+        raise SystemExit(f"Redis is not reachable at {url} and redis-server could not be installed")
+    port = urlparse(url).port or 6379
+    subprocess.run(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "yes"],
+        check=True,
+        capture_output=True,
+    )
+    for _ in range(100):
+        if redis_reachable(url):
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"redis-server did not come up at {url}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["ensure-redis"]:
+        raise SystemExit("usage: python -m chat.stack ensure-redis")
+    ensure_redis_daemon(os.environ.get("TEST_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")

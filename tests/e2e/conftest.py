@@ -1,0 +1,49 @@
+"""End-to-end: the real ASGI server and a real Celery worker as subprocesses, on the test
+database and the test Redis database, driven over HTTP by a real SSE client."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chat.stack import Stack, free_port
+
+
+def database_url_for_children() -> str:
+    """The URL of the database pytest-django created, for the server and worker processes."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{Path(s['NAME']).resolve()}"
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
+    scheme = "mysql" if connection.vendor == "mysql" else connection.vendor
+    return f"{scheme}://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 3306}/{s['NAME']}"
+
+
+@pytest.fixture(scope="module")
+def live_stack(
+    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    from django.conf import settings
+
+    with django_db_blocker.unblock():
+        env = {
+            "DJANGO_SETTINGS_MODULE": "config.test_settings",
+            "DATABASE_URL": database_url_for_children(),
+            "TEST_REDIS_URL": settings.REDIS_URL,
+            "VAR_DIR": os.environ.get("VAR_DIR", str(settings.VAR_DIR)),
+            # Slow enough evidence that a test can watch (and cancel) a run mid-flight.
+            "EVIDENCE_LATENCY_S": "0.15",
+        }
+        stack = Stack(port=free_port(), env=env, worker_concurrency=2, log_dir=tmp_path_factory.mktemp("stack-logs"))
+        stack.start(with_redis=False)
+    try:
+        yield stack
+    finally:
+        # Per module: no worker outlives these tests to consume other tests' queued runs.
+        stack.stop()
