@@ -14,7 +14,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -77,36 +76,16 @@ def noop_round_trips(count: int) -> list[float]:
     return times[10:]
 
 
-def concurrent(base_url: str, headers: dict[str, str], question: str, clients: int, total: int) -> float:
-    import httpx
+def concurrent(base_url: str, key: str, question: str, clients: int, total: int) -> float:
+    from bench.loadgen import runs_per_second
 
-    remaining = [total]
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-
-    def client_loop() -> None:
-        with httpx.Client(base_url=base_url, headers=headers, timeout=httpx.Timeout(30, read=120)) as client:
-            while True:
-                with lock:
-                    if remaining[0] <= 0:
-                        return
-                    remaining[0] -= 1
-                try:
-                    one_run(client, question)
-                except BaseException as exc:  # noqa: BLE001 - reported after the run
-                    errors.append(exc)
-                    return
-
-    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
-    if errors:
-        raise RuntimeError(f"{len(errors)} client(s) failed: {type(errors[0]).__name__}: {errors[0]}")
-    return total / elapsed
+    parsed = urlparse(base_url)
+    runs_per_second(
+        parsed.hostname or "127.0.0.1", parsed.port or 80, key, question, clients=clients, total=clients * 2
+    )
+    return runs_per_second(
+        parsed.hostname or "127.0.0.1", parsed.port or 80, key, question, clients=clients, total=total
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 times = [one_run(client, question) for _ in range(args.runs)]
                 results[intent] = {"median": statistics.median(times), "p95": percentile(times, 0.95)}
         for intent, question in QUESTIONS.items():
-            results[intent]["rate"] = concurrent(stack.base_url, headers, question, args.clients, args.concurrent_runs)
+            results[intent]["rate"] = concurrent(stack.base_url, key, question, args.clients, args.concurrent_runs)
 
     ok = True
     print(

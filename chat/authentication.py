@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -38,10 +40,39 @@ def key_from_header(value: str | None) -> str | None:
     return token
 
 
+#: Verified keys are remembered this long per process: a revoked key stops working within it.
+CACHE_TTL_S = 30.0
+_CACHE_SIZE = 2_048
+_cache: dict[str, tuple[Any, float]] = {}
+_cache_lock = threading.Lock()
+
+
 def user_for_key(raw_key: str) -> Any | None:
     if not raw_key.startswith(KEY_PREFIX):
         return None
     wanted = digest(raw_key)
+    now_s = time.monotonic()
+    with _cache_lock:
+        cached = _cache.get(wanted)
+    if cached is not None and cached[1] > now_s:
+        return cached[0]
+    user = _lookup(wanted)
+    with _cache_lock:
+        if user is None:
+            _cache.pop(wanted, None)
+        else:
+            if len(_cache) >= _CACHE_SIZE:
+                _cache.clear()
+            _cache[wanted] = (user, now_s + CACHE_TTL_S)
+    return user
+
+
+def forget_cached_keys() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def _lookup(wanted: str) -> Any | None:
     key = ApiKey.objects.select_related("user").filter(digest=wanted, revoked_at__isnull=True).first()
     if key is None or not hmac.compare_digest(key.digest, wanted) or not key.user.is_active:
         return None

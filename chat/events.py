@@ -1,32 +1,34 @@
 """The SSE side of a run: channels, the replayable event storage, the observer, emitters.
 
-Each run has one channel, ``run-<uuid>``. Every event is stored as a numbered row of the run
-(1, 2, 3, …) before it is published, and published through django-eventstream's Redis
-pub/sub so a web process sees what a worker sends. A client that connects late, or
-reconnects with ``Last-Event-ID``, is served from these rows first.
+Each run has one channel, ``run-<uuid>``. Every event is stored, numbered 1, 2, 3, …, before
+it is published through django-eventstream's Redis pub/sub, so a web process sees what a
+worker sends. A client that connects late, or reconnects with ``Last-Event-ID``, is served
+from storage first: the run's Redis list while it is live, its archived rows afterwards.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import IntegrityError
 from django.db.models import Max
-from django_eventstream import send_event
+from django.utils import timezone
 from django_eventstream.channelmanager import ChannelManagerBase
 from django_eventstream.event import Event
 from django_eventstream.storage import StorageBase
 
 from chat.models import RunEvent
+from chat.redis_store import client
 from harness.ports import RunControl, Scalar, Stage
 from harness.release import RunResult
 from traces.models import Run
+from traces.stores import Row, insert_rows
 
 logger = logging.getLogger(__name__)
 
@@ -48,52 +50,96 @@ def run_id_of(channel: str) -> uuid.UUID | None:
 
 
 class RunEventStorage(StorageBase):  # type: ignore[misc]
-    """django-eventstream storage on the run's own event rows.
+    """django-eventstream storage for run channels: a Redis list per run while it is live,
+    archived to the run's own rows when it ends.
 
-    Unlike the bundled DjangoModelStorage it replays from the very first event (``last_id`` 0)
-    and never trims: a run's events live and die with the run.
+    ``RPUSH`` numbers events atomically across every process that writes them (the API, the
+    worker); the list index is the event id, so replay from any id (0 included, which the
+    bundled storages cannot do) is one ``LRANGE``. Once archived, the rows answer when the
+    list has expired. Nothing is ever trimmed while the run is live.
     """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last: dict[uuid.UUID, int] = {}
 
     def append_event(self, channel: str, event_type: str, data: str) -> Event:
         run_id = run_id_of(channel)
         if run_id is None:
             raise ValueError(f"not a run channel: {channel!r}")
-        for attempt in range(3):
-            with self._lock:
-                if attempt or run_id not in self._last:
-                    self._last[run_id] = self.get_current_id(channel)
-                seq = self._last[run_id] + 1
-                self._last[run_id] = seq
-            try:
-                RunEvent.objects.create(run_id=run_id, seq=seq, event_type=event_type, data=data)
-                break
-            except IntegrityError:
-                # Another process wrote this run's events since we last looked: re-read, retry.
-                continue
-        else:
-            raise RuntimeError("could not number the event")
-        if event_type == TERMINAL_EVENT:
-            with self._lock:
-                self._last.pop(run_id, None)
-        return Event(channel, event_type, data, id=seq)
+        key = _events_key(run_id)
+        pipe = client().pipeline()
+        pipe.rpush(key, orjson.dumps({"t": event_type, "d": data}))
+        pipe.expire(key, _ttl_s())
+        seq, _ = pipe.execute()
+        return Event(channel, event_type, data, id=int(seq))
 
     def get_events(self, channel: str, last_id: int, limit: int = 100) -> list[Event]:
         run_id = run_id_of(channel)
         if run_id is None:
             return []
+        pipe = client().pipeline()
+        pipe.exists(_events_key(run_id))
+        pipe.lrange(_events_key(run_id), last_id, last_id + limit - 1)
+        live, items = pipe.execute()
+        if live:
+            return [_event(channel, last_id + i + 1, item) for i, item in enumerate(items)]
         rows = RunEvent.objects.filter(run_id=run_id, seq__gt=last_id).order_by("seq")[:limit]
         return [Event(channel, row.event_type, row.data, id=row.seq) for row in rows]
+
+    def last_event(self, channel: str) -> tuple[int, str | None]:
+        """The id and type of the channel's newest event (0, None when there is none)."""
+        run_id = run_id_of(channel)
+        if run_id is None:
+            return 0, None
+        pipe = client().pipeline(transaction=False)
+        pipe.llen(_events_key(run_id))
+        pipe.lindex(_events_key(run_id), -1)
+        count, last = pipe.execute()
+        if count:
+            return int(count), orjson.loads(last)["t"]
+        row = RunEvent.objects.filter(run_id=run_id).order_by("-seq").values_list("seq", "event_type").first()
+        return (row[0], row[1]) if row else (0, None)
 
     def get_current_id(self, channel: str) -> int:
         run_id = run_id_of(channel)
         if run_id is None:
             return 0
+        count = int(client().llen(_events_key(run_id)))
+        if count:
+            return count
         current: int | None = RunEvent.objects.filter(run_id=run_id).aggregate(m=Max("seq"))["m"]
         return current or 0
+
+
+def _events_key(run_id: uuid.UUID | str) -> str:
+    return f"sba:ev:{run_id}"
+
+
+def _ttl_s() -> int:
+    return int(settings.HARNESS["INVOCATION_TTL_S"])
+
+
+def _event(channel: str, seq: int, item: bytes) -> Event:
+    parsed = orjson.loads(item)
+    return Event(channel, parsed["t"], parsed["d"], id=seq)
+
+
+def event_rows(run_id: uuid.UUID | str) -> list[Row]:
+    """The run's live event list as rows, ready to archive."""
+    rows: list[Row] = []
+    now = timezone.now()
+    run = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(run_id)
+    for seq, item in enumerate(client().lrange(_events_key(run_id), 0, -1), start=1):
+        parsed = orjson.loads(item)
+        rows.append(
+            (RunEvent, {"run_id": run, "seq": seq, "event_type": parsed["t"], "data": parsed["d"], "created_at": now})
+        )
+    return rows
+
+
+def archive_events(run_id: uuid.UUID | str) -> int:
+    """Copy a run's event list into its rows (idempotent). Called when the run has ended."""
+    rows = event_rows(run_id)
+    if rows:
+        insert_rows(rows)
+    return len(rows)
 
 
 class RunChannelManager(ChannelManagerBase):  # type: ignore[misc]
@@ -114,15 +160,53 @@ class RunChannelManager(ChannelManagerBase):  # type: ignore[misc]
         return True
 
 
+#: The pub/sub channel django-eventstream's RedisListener reads in every web process.
+PUBSUB_CHANNEL = "events_channel"
+
+
+def owner_key(run_id: uuid.UUID | str) -> str:
+    return f"sba:owner:{run_id}"
+
+
+def emit_many(
+    run_id: uuid.UUID | str, events: Sequence[tuple[str, Mapping[str, Any]]], *, owner_id: int | None = None
+) -> list[int]:
+    """Store and publish events of one run in a single Redis round trip; returns their ids.
+
+    This is django-eventstream's ``send_event`` (storage first, then the Redis message its
+    listeners expect), batched: a run's last events (``content``, ``done``) go out together.
+    """
+    channel = channel_for(run_id)
+    key = _events_key(run_id)
+    encoded = [(event_type, json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False)) for event_type, data in events]
+    redis = client()
+    length = int(redis.rpush(key, *(orjson.dumps({"t": t, "d": d}) for t, d in encoded)))
+    first = length - len(encoded) + 1
+    pipe = redis.pipeline(transaction=False)
+    pipe.expire(key, _ttl_s())
+    if owner_id is not None:
+        # Lets the stream check who may read it without a database query.
+        pipe.set(owner_key(run_id), owner_id, ex=_ttl_s())
+    for offset, (event_type, data) in enumerate(encoded):
+        message = {"channel": channel, "event_type": event_type, "data": data, "pub_id": str(first + offset)}
+        pipe.publish(PUBSUB_CHANNEL, orjson.dumps(message))
+    pipe.execute()
+    return list(range(first, length + 1))
+
+
 def emit(run_id: uuid.UUID | str, event_type: str, data: Mapping[str, Any]) -> None:
-    send_event(
-        channel_for(run_id), event_type, json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False), json_encode=False
-    )
+    emit_many(run_id, [(event_type, data)])
 
 
 def emit_metadata(run: Run) -> None:
-    emit(run.id, "metadata", {"session_id": str(run.session_id), "run_id": str(run.id)})
-    emit(run.id, "status", {"stage": Stage.QUEUED.value})
+    emit_many(
+        run.id,
+        [
+            ("metadata", {"session_id": str(run.session_id), "run_id": str(run.id)}),
+            ("status", {"stage": Stage.QUEUED.value}),
+        ],
+        owner_id=run.owner_id,
+    )
 
 
 def emit_terminal(
@@ -132,12 +216,14 @@ def emit_terminal(
     content: Mapping[str, Any] | None,
     failure: Mapping[str, str] | None,
 ) -> None:
-    """``content`` or ``failure``, then ``done``: the end of every stream."""
+    """``content`` or ``failure``, then ``done``: the end of every stream, in one round trip."""
+    events: list[tuple[str, Mapping[str, Any]]] = []
     if content is not None:
-        emit(run_id, "content", content)
+        events.append(("content", content))
     if failure is not None:
-        emit(run_id, "failure", failure)
-    emit(run_id, TERMINAL_EVENT, {"outcome": outcome})
+        events.append(("failure", failure))
+    events.append((TERMINAL_EVENT, {"outcome": outcome}))
+    emit_many(run_id, events)
 
 
 def emit_run_terminal(run: Run) -> None:

@@ -1,30 +1,100 @@
-"""Refuse oversized API bodies before anything parses them."""
+"""Middleware, arranged so a request crosses into a thread once, not once per middleware.
+
+Under ASGI, Django runs each *async-capable* MiddlewareMixin's process_request and
+process_response through ``sync_to_async``: two thread hops per middleware per request,
+most of the cost of a small API call. A chain of sync-only middlewares instead runs, with the
+sync view, inside one hop. So every middleware here is sync-only (the built-in ones are
+subclassed to say so), and the only async code is the SSE view itself.
+
+
+``BodySizeLimitMiddleware`` refuses oversized API bodies before anything parses them.
+The ``Admin*`` middlewares are the ones the admin needs (sessions, CSRF, messages, login),
+doing nothing under ``/api/``: the API authenticates with keys, not cookies, and every request
+saved from a middleware that has no work to do is time the service gets back.
+
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.middleware import AuthenticationMiddleware
+from django.contrib.messages.middleware import MessageMiddleware
+from django.contrib.sessions.middleware import SessionMiddleware
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.clickjacking import XFrameOptionsMiddleware
+from django.middleware.common import CommonMiddleware
+from django.middleware.csrf import CsrfViewMiddleware
+from django.middleware.security import SecurityMiddleware
 
 from chat.errors import PayloadTooLarge, envelope
 
+API_PREFIX = "/api/"
+
+
+def _too_big(request: HttpRequest) -> HttpResponse | None:
+    if not request.path.startswith(API_PREFIX) or request.method not in ("POST", "PUT", "PATCH"):
+        return None
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    try:
+        too_big = int(request.META.get("CONTENT_LENGTH") or "0") > limit
+    except ValueError:
+        too_big = True
+    if not too_big:
+        too_big = len(request.body) > limit
+    if not too_big:
+        return None
+    error = PayloadTooLarge(f"The request body is larger than {limit} bytes.")
+    return JsonResponse(envelope(error.code, error.message), status=error.status_code)
+
 
 class BodySizeLimitMiddleware:
+    sync_capable = True
+    async_capable = False
+
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path.startswith("/api/") and request.method in ("POST", "PUT", "PATCH"):
-            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-            declared = request.META.get("CONTENT_LENGTH") or "0"
-            try:
-                too_big = int(declared) > limit
-            except ValueError:
-                too_big = True
-            if not too_big:
-                too_big = len(request.body) > limit
-            if too_big:
-                error = PayloadTooLarge(f"The request body is larger than {limit} bytes.")
-                return JsonResponse(envelope(error.code, error.message), status=error.status_code)
-        return self.get_response(request)
+        return _too_big(request) or self.get_response(request)
+
+
+class _SkipUnderApi:
+    """Mixed into a Django middleware: under /api/ the request goes straight through."""
+
+    get_response: Callable[[HttpRequest], Any]
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if request.path.startswith(API_PREFIX):
+            return self.get_response(request)
+        return super().__call__(request)  # type: ignore[misc]
+
+
+class AdminSessionMiddleware(_SkipUnderApi, SessionMiddleware):
+    async_capable = False
+
+
+class AdminCsrfViewMiddleware(_SkipUnderApi, CsrfViewMiddleware):
+    async_capable = False
+
+
+class AdminAuthenticationMiddleware(_SkipUnderApi, AuthenticationMiddleware):
+    async_capable = False
+
+
+class AdminMessageMiddleware(_SkipUnderApi, MessageMiddleware):
+    async_capable = False
+
+
+class SyncSecurityMiddleware(SecurityMiddleware):
+    async_capable = False
+
+
+class SyncCommonMiddleware(CommonMiddleware):
+    async_capable = False
+
+
+class SyncXFrameOptionsMiddleware(XFrameOptionsMiddleware):
+    async_capable = False

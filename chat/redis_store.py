@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from datetime import datetime
 from typing import Any
 
@@ -80,13 +81,29 @@ def request_cancel(run_id: str, reason: CancelReason) -> None:
 
 
 class RedisCancelSignal:
-    """Polled by the RunContext at every boundary. An unreachable Redis cancels nothing."""
+    """Polled by the RunContext at every boundary, at most every ``MIN_INTERVAL_S`` (a cancel
+    takes effect within that much more time; boundaries packed closer share one read).
+    An unreachable Redis cancels nothing."""
+
+    MIN_INTERVAL_S = 0.02
 
     def __init__(self, run_id: str) -> None:
         self._key = _cancel_key(run_id)
         self._warned = False
+        self._next_read = 0.0
+        self._seen: CancelReason | None = None
 
     def requested(self) -> CancelReason | None:
+        if self._seen is not None:
+            return self._seen
+        now = time.monotonic()
+        if now < self._next_read:
+            return None
+        self._next_read = now + self.MIN_INTERVAL_S
+        self._seen = self._read()
+        return self._seen
+
+    def _read(self) -> CancelReason | None:
         try:
             value = client().get(self._key)
         except redis.RedisError as exc:

@@ -13,14 +13,16 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from chat.authentication import digest, new_raw_key
+from chat.authentication import digest, forget_cached_keys, new_raw_key
 from chat.errors import IdempotencyConflict, NotFound, QueueFull, QueueUnavailable, SessionBusy
-from chat.events import EventStreamObserver, emit_metadata, emit_run_terminal
+from chat.events import EventStreamObserver, archive_events, emit_metadata, emit_run_terminal, event_rows
 from chat.models import ApiKey
+from chat.redis_store import client as redis_client
 from chat.redis_store import request_cancel
 from harness.application import ChatRequest, RunNotClaimed
 from harness.context import CancelReason
 from traces.models import ACTIVE_STATUSES, ChatSession, Feedback, Outcome, Run, RunStatus
+from traces.stores import Row
 
 logger = logging.getLogger(__name__)
 
@@ -59,30 +61,35 @@ def chat_submit(
             if not _same_request(existing, question=question, session_id=session_id):
                 raise IdempotencyConflict()
             return Submitted(existing, False)
-    if Run.objects.filter(status=RunStatus.QUEUED).count() >= settings.MAX_QUEUED_RUNS:
+    if _queue_length() >= settings.MAX_QUEUED_RUNS:
         raise QueueFull()
+    fields = {
+        "owner": user,
+        "question": question,
+        "metadata": metadata or {},
+        "idempotency_key": idempotency_key or None,
+    }
     try:
-        with transaction.atomic():
-            if session_id is not None:
+        if session_id is not None:
+            with transaction.atomic():
                 # The session row lock serialises concurrent questions in one session.
                 session = ChatSession.objects.select_for_update().filter(id=session_id, owner=user).first()
                 if session is None:
                     raise NotFound("No such session.")
-                active = (
-                    Run.objects.filter(session=session, status__in=ACTIVE_STATUSES).values_list("id", flat=True).first()
-                )
-                if active is not None:
-                    raise SessionBusy(details={"run_id": str(active)})
+                active = Run.objects.filter(session=session, status__in=ACTIVE_STATUSES).values_list("id", flat=True)
+                busy = active.first()
+                if busy is not None:
+                    raise SessionBusy(details={"run_id": str(busy)})
                 session.save(update_fields=["updated_at"])
-            else:
-                session = ChatSession.objects.create(owner=user, title=question[:80])
-            run = Run.objects.create(
-                session=session,
-                owner=user,
-                question=question,
-                metadata=metadata or {},
-                idempotency_key=idempotency_key or None,
-            )
+                run = Run.objects.create(session=session, **fields)
+        else:
+            # A new session has no other run to race with: no lock, no transaction needed.
+            session = ChatSession.objects.create(owner=user, title=question[:80])
+            try:
+                run = Run.objects.create(session=session, **fields)
+            except IntegrityError:
+                session.delete()
+                raise
     except IntegrityError:
         # Two requests raced with one Idempotency-Key; the other one won.
         existing = Run.objects.filter(owner=user, idempotency_key=idempotency_key).first() if idempotency_key else None
@@ -107,6 +114,14 @@ def chat_submit(
     return Submitted(run, True)
 
 
+def _queue_length() -> int:
+    """Runs waiting for a worker: the broker's queue, read in one Redis call."""
+    try:
+        return int(redis_client().llen(settings.CELERY_TASK_DEFAULT_QUEUE))
+    except Exception:  # noqa: BLE001 - a broker that cannot be read is reported when we publish
+        return 0
+
+
 def run_fail(*, run: Run, from_status: str, code: str, message: str) -> bool:
     """End a run the harness is not running (unqueued, lost) with a failure. First wins."""
     ended = Run.objects.filter(id=run.id, status=from_status).update(
@@ -127,6 +142,8 @@ def _emit_terminal_quietly(run: Run) -> None:
         emit_run_terminal(run)
     except Exception as exc:  # noqa: BLE001
         logger.warning("run %s: could not emit its end: %s", run.id, type(exc).__name__)
+        return
+    _archive_quietly(run.id)
 
 
 def run_cancel(*, run: Run) -> Run:
@@ -172,10 +189,10 @@ def run_sweep_stale(*, run: Run | None = None) -> int:
 
 def run_execute(*, run_id: str) -> None:
     """The body of the Celery task: run a queued run once. Anything else does nothing."""
-    from chat.wiring import application
+    from chat.wiring import application, audit_sinks
 
-    run = Run.objects.filter(id=run_id).first()
-    if run is None:
+    run = Run.objects.filter(id=run_id).only("id", "status", "question", "owner_id", "session_id", "started_at").first()
+    if run is None:  # a message for a run that is gone (deleted, or a database restored)
         return
     if run.status == RunStatus.RUNNING:
         # A redelivered message: the first delivery's worker may be dead. Only a run past its
@@ -185,10 +202,30 @@ def run_execute(*, run_id: str) -> None:
     if run.status != RunStatus.QUEUED:
         return
     request = ChatRequest(run.question, owner=str(run.owner_id), session_id=str(run.session_id), run_id=str(run.id))
+    claimed = False
     try:
         application().execute(request, EventStreamObserver(str(run.id)))
+        claimed = True
     except RunNotClaimed:
         return
+    finally:
+        # The trace rows and the archived stream, in one transaction.
+        audit_sinks().flush(str(run.id), also=_event_rows_quietly(run.id) if claimed else ())
+
+
+def _event_rows_quietly(run_id: uuid.UUID) -> list[Row]:
+    try:
+        return event_rows(run_id)
+    except Exception as exc:  # noqa: BLE001 - the live list still serves the stream
+        logger.warning("run %s: could not read its events to archive: %s", run_id, type(exc).__name__)
+        return []
+
+
+def _archive_quietly(run_id: uuid.UUID) -> None:
+    try:
+        archive_events(run_id)
+    except Exception as exc:  # noqa: BLE001 - the live list still serves the stream
+        logger.warning("run %s: could not archive its events: %s", run_id, type(exc).__name__)
 
 
 def feedback_submit(*, user: Any, run: Run, rating: str, comment: str = "") -> Feedback:
@@ -196,6 +233,12 @@ def feedback_submit(*, user: Any, run: Run, rating: str, comment: str = "") -> F
         run=run, owner=user, defaults={"rating": rating, "comment": comment}
     )
     return feedback
+
+
+def api_key_revoke(*, key: ApiKey) -> None:
+    """Revoke a key: at once in this process, within the auth cache's TTL in the others."""
+    ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    forget_cached_keys()
 
 
 def api_key_create(*, username: str, staff: bool = False, name: str = "") -> tuple[ApiKey, str]:

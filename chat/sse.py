@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django_eventstream.event import Event
 from django_eventstream.utils import sse_encode_event
@@ -33,7 +34,8 @@ from django_eventstream.views import Listener, get_listener_manager
 
 from chat.authentication import key_from_header, user_for_key
 from chat.errors import envelope
-from chat.events import TERMINAL_EVENT, RunEventStorage, channel_for
+from chat.events import TERMINAL_EVENT, RunEventStorage, channel_for, owner_key
+from chat.redis_store import client
 from traces.models import Run
 
 logger = logging.getLogger(__name__)
@@ -59,22 +61,23 @@ def parse_last_event_id(value: str | None) -> int:
     return int(found.group(1))
 
 
-def _authorise(request: HttpRequest, run_id: str) -> tuple[Any, Run | None, HttpResponse | None]:
+def _authorise(request: HttpRequest, run_id: str) -> tuple[Any, HttpResponse | None]:
+    # Streams read from the loop's executor threads, outside Django's request cycle: let
+    # the thread's connection be checked (and replaced if stale) like a request's would be.
+    close_old_connections()
     raw = key_from_header(request.META.get("HTTP_AUTHORIZATION"))
     if raw is None:
-        return (
-            None,
-            None,
-            _error(401, "unauthenticated", "Authentication is required: send 'Authorization: Bearer <key>'."),
-        )
+        return None, _error(401, "unauthenticated", "Authentication is required: send 'Authorization: Bearer <key>'.")
     user = user_for_key(raw) if raw else None
     if user is None:
-        return None, None, _error(401, "invalid_api_key", "The API key is missing, malformed, unknown or revoked.")
+        return None, _error(401, "invalid_api_key", "The API key is missing, malformed, unknown or revoked.")
+    owner = client().get(owner_key(run_id))
+    if owner is not None and (user.is_staff or int(owner) == user.pk):
+        return user, None
     runs = Run.objects.all() if user.is_staff else Run.objects.filter(owner=user)
-    run = runs.filter(id=run_id).only("id", "status").first()
-    if run is None:
-        return user, None, _error(404, "not_found", "No such run.")
-    return user, run, None
+    if not runs.filter(id=run_id).exists():
+        return user, _error(404, "not_found", "No such run.")
+    return user, None
 
 
 def _error(status: int, code: str, message: str) -> HttpResponse:
@@ -95,10 +98,10 @@ async def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
         return _error(400, "invalid_id", "The id in the URL is not a valid UUID.")
     if request.method != "GET":
         return _error(405, "method_not_allowed", "This method is not allowed here.")
-    user, run, refusal = await sync_to_async(_authorise)(request, run_key)
+    # Not thread_sensitive: stream setup and reads must not queue behind the process's sync views.
+    user, refusal = await sync_to_async(_authorise, thread_sensitive=False)(request, run_key)
     if refusal is not None:
         return refusal
-    assert run is not None
     header = request.headers.get("Last-Event-ID") or request.GET.get("lastEventId")
     try:
         last_id = parse_last_event_id(header)
@@ -106,10 +109,9 @@ async def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
         return _error(400, "invalid_last_event_id", "Last-Event-ID must be an event id from this stream.")
     storage = RunEventStorage()
     channel = channel_for(run_key)
-    if run.is_terminal:
-        current = await sync_to_async(storage.get_current_id)(channel)
-        if last_id >= current:
-            return HttpResponse(status=204)
+    newest, newest_type = await sync_to_async(storage.last_event, thread_sensitive=False)(channel)
+    if newest_type == TERMINAL_EVENT and last_id >= newest:
+        return HttpResponse(status=204)
     response = StreamingHttpResponse(_stream(storage, channel, last_id, user.pk), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
@@ -123,7 +125,7 @@ async def _stream(storage: RunEventStorage, channel: str, last_id: int, user_id:
     listener.channels = {channel}
     listener.assign_loop()
     manager.add_listener(listener)
-    read = sync_to_async(storage.get_events)
+    read = sync_to_async(storage.get_events, thread_sensitive=False)
     loop = asyncio.get_running_loop()
     try:
         # Field lines with no blank line after them: they belong to the next event's block, so

@@ -64,6 +64,7 @@ class Stack:
     port: int = 8000
     env: Mapping[str, str] = field(default_factory=dict)
     web_workers: int = 1
+    #: worker processes, each running one run at a time
     worker_concurrency: int = 2
     log_dir: Path | None = None
     quiet: bool = True
@@ -112,16 +113,20 @@ class Stack:
                 "--log-level", "warning", "--no-access-log", "--timeout-graceful-shutdown", "5",
             ],
         )  # fmt: skip
-        self._spawn(
-            "worker",
-            [
-                sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "runs", "-n", f"runs-{self.port}@%h",
-                "--concurrency", str(self.worker_concurrency), "--prefetch-multiplier", "1", "-O", "fair",
-                "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
-            ],
-        )  # fmt: skip
+        # Several single-process ("solo") workers rather than one prefork pool: a run is short
+        # and CPU-bound, and solo workers skip the pool's per-task hand-over between processes.
+        for i in range(self.worker_concurrency):
+            self._spawn(
+                f"worker-{i}",
+                [
+                    sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "runs", "-n", f"runs-{self.port}-{i}@%h",
+                    "--pool", "solo", "--prefetch-multiplier", "1",
+                    "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
+                ],
+            )  # fmt: skip
         self._wait(self._web_ready, "web", timeout_s)
-        self._wait(self._worker_ready, "worker", timeout_s)
+        for i in range(self.worker_concurrency):
+            self._wait(lambda i=i: self._worker_ready(i), f"worker-{i}", timeout_s)
         return self
 
     def _web_ready(self) -> bool:
@@ -130,11 +135,11 @@ class Stack:
         except httpx.HTTPError:
             return False
 
-    def _worker_ready(self) -> bool:
+    def _worker_ready(self, index: int) -> bool:
         from config.celery import app
 
         try:
-            replies = app.control.ping(destination=[f"runs-{self.port}@{socket.gethostname()}"], timeout=0.5)
+            replies = app.control.ping(destination=[f"runs-{self.port}-{index}@{socket.gethostname()}"], timeout=0.5)
         except Exception:  # noqa: BLE001 - not up yet
             return False
         return bool(replies)
@@ -152,9 +157,8 @@ class Stack:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM every child (workers finish their current run first), SIGKILL stragglers."""
-        for name in ("web", "worker", "redis"):
-            process = self.processes.get(name)
-            if process is not None and process.poll() is None:
+        for _name, process in sorted(self.processes.items(), key=lambda item: item[0] == "redis"):
+            if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         for process in self.processes.values():

@@ -104,8 +104,13 @@ def harness_settings() -> HarnessSettings:
 
 
 @functools.cache
+def audit_sinks() -> DjangoAuditSinks:
+    return DjangoAuditSinks()
+
+
+@functools.cache
 def application() -> ChatApplication:
-    sinks = DjangoAuditSinks()
+    sinks = audit_sinks()
     return ChatApplication(
         models=models(),
         run_store=DjangoRunStore(),

@@ -1,9 +1,55 @@
-"""ASGI entry point: the API and the SSE streams are served here (e.g. by uvicorn)."""
+"""ASGI entry point: the API and the SSE streams are served here (e.g. by uvicorn).
 
+Django's own ASGIHandler runs each request's synchronous code (DRF views, the ORM) on a
+thread created for that request, so each request also opens a new database connection.
+Here sync code runs on a small pool of long-lived threads instead, each keeping its
+connection (``CONN_MAX_AGE``), handed to one request at a time. Event streams take no pooled
+thread: they hold their request open for minutes and do their few reads on the loop's
+default executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
 import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from django.core.asgi import get_asgi_application
+import django
+from asgiref.sync import ThreadSensitiveContext
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+django.setup(set_prefix=False)
 
-application = get_asgi_application()
+from django.conf import settings  # noqa: E402
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+
+_STREAM = re.compile(r"^/api/runs/[^/]+/events$")
+
+
+class PooledThreadsASGIHandler(ASGIHandler):
+    def __init__(self, threads: int) -> None:
+        super().__init__()
+        self._executors = [ThreadPoolExecutor(max_workers=1, thread_name_prefix="django-sync") for _ in range(threads)]
+        self._free: asyncio.Queue[ThreadPoolExecutor] | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        if _STREAM.match(scope.get("path", "")):
+            await self.handle(scope, receive, send)
+            return
+        if self._free is None:
+            self._free = asyncio.Queue()
+            for executor in self._executors:
+                self._free.put_nowait(executor)
+        executor = await self._free.get()
+        try:
+            async with ThreadSensitiveContext(executor=executor):
+                await self.handle(scope, receive, send)
+        finally:
+            self._free.put_nowait(executor)
+
+
+application = PooledThreadsASGIHandler(threads=settings.WEB_SYNC_THREADS)

@@ -38,15 +38,17 @@ INSTALLED_APPS = [
     "knowledge",
 ]
 
+# Django's usual middleware, as sync-only variants (one thread hop per request under ASGI;
+# see chat/middleware.py); the admin's cookie-session ones are skipped under /api/.
 MIDDLEWARE = [
     "chat.middleware.BodySizeLimitMiddleware",
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "chat.middleware.SyncSecurityMiddleware",
+    "chat.middleware.AdminSessionMiddleware",
+    "chat.middleware.SyncCommonMiddleware",
+    "chat.middleware.AdminCsrfViewMiddleware",
+    "chat.middleware.AdminAuthenticationMiddleware",
+    "chat.middleware.AdminMessageMiddleware",
+    "chat.middleware.SyncXFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -71,7 +73,11 @@ TEMPLATES = [
 # --- database ------------------------------------------------------------------------------
 
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'superbizagent.sqlite3'}")
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 300))}
+DATABASES = {
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 300), conn_health_checks=True
+    )
+}
 _engine = DATABASES["default"]["ENGINE"]
 if _engine.endswith("sqlite3"):
     # Web and worker processes write the same file: WAL, a busy timeout and immediate
@@ -106,6 +112,9 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+
+# Threads per web process running sync views (each keeps its database connection).
+WEB_SYNC_THREADS = env_int("WEB_SYNC_THREADS", 8)
 
 # Requests bigger than this are refused (413) before anything reads them.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 64 * 1024)

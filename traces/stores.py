@@ -6,12 +6,19 @@ both win: ``queued → running`` is claimed once, and exactly one terminal state
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 import uuid
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import IntegrityError, connection
+from django.db.models.constants import OnConflict
+from django.utils import timezone
 
 from harness.ports import (
     ReasoningRecord,
@@ -40,46 +47,94 @@ logger = logging.getLogger(__name__)
 MAX_REASONING_CHARS = 50_000
 
 
+def _uuid(value: str | uuid.UUID) -> str:
+    """Run and session ids as the database stores them (Django's UUIDField: 32 hex chars)."""
+    return (value if isinstance(value, uuid.UUID) else uuid.UUID(value)).hex
+
+
+def _when(value: datetime) -> Any:
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, cls=DjangoJSONEncoder)
+
+
+def _run_table() -> str:
+    return connection.ops.quote_name(Run._meta.db_table)
+
+
 class DjangoRunStore:
+    """The harness's RunStore.
+
+    Its queries run once or more per run on the hot path, so they are written as plain SQL
+    (with the backend's own value adapters) instead of being compiled by the ORM every time.
+    """
+
     def resolve_session(self, *, owner: str, session_id: str | None, title: str) -> str:
         if session_id is not None:
-            if not ChatSession.objects.filter(id=uuid.UUID(session_id), owner_id=int(owner)).exists():
-                raise LookupError("no such session for this owner")
+            # The API created the run in this session after checking the session is the
+            # owner's; start_run then claims that very row, so there is nothing to re-check.
             return session_id
         return str(ChatSession.objects.create(owner_id=int(owner), title=title[:200]).id)
 
+    #: how many of a session's latest runs one query reads for both pieces of memory
+    RECENT_RUNS = 20
+
+    def __init__(self) -> None:
+        self._recent: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+
+    def _recent_runs(self, session_id: str, exclude_run_id: str) -> list[tuple[Any, ...]]:
+        """The session's latest routed runs, read once for routing_context and
+        latest_published_diagnosis (the harness asks for both, one after the other)."""
+        key = (session_id, exclude_run_id)
+        cached = self._recent.pop(key, None)
+        if cached is not None:
+            return cached
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT intent, question, outcome, published_result FROM {_run_table()} "  # noqa: S608 - the model's table
+                "WHERE session_id = %s AND id <> %s AND intent <> '' ORDER BY created_at DESC, id DESC LIMIT %s",
+                [_uuid(session_id), _uuid(exclude_run_id), self.RECENT_RUNS],
+            )
+            rows = [tuple(row) for row in cursor.fetchall()]
+        if len(self._recent) > 64:
+            self._recent.clear()
+        self._recent[key] = rows
+        return rows
+
     def routing_context(self, *, session_id: str, exclude_run_id: str) -> RoutingContext:
-        last = (
-            Run.objects.filter(session_id=uuid.UUID(session_id))
-            .exclude(id=exclude_run_id)
-            .exclude(intent="")
-            .order_by("-created_at", "-id")
-            .values_list("intent", "question")
-            .first()
-        )
-        return RoutingContext(last[0], last[1]) if last else RoutingContext()
+        rows = self._recent_runs(session_id, exclude_run_id)
+        return RoutingContext(rows[0][0], rows[0][1]) if rows else RoutingContext()
 
     def latest_published_diagnosis(self, *, session_id: str, exclude_run_id: str) -> Mapping[str, Any] | None:
-        stored: Mapping[str, Any] | None = (
-            Run.objects.filter(
-                session_id=uuid.UUID(session_id),
-                intent=Intent.DIAGNOSIS,
-                outcome=Outcome.SUCCESS,
-                published_result__isnull=False,
-            )
-            .exclude(id=exclude_run_id)
-            .order_by("-created_at", "-id")
-            .values_list("published_result", flat=True)
-            .first()
+        rows = self._recent_runs(session_id, exclude_run_id)
+        self._recent.pop((session_id, exclude_run_id), None)
+        published = next(
+            (r[3] for r in rows if r[0] == Intent.DIAGNOSIS and r[2] == Outcome.SUCCESS and r[3] is not None), None
         )
-        return stored
+        if published is None and len(rows) == self.RECENT_RUNS:
+            with connection.cursor() as cursor:  # the last success is older than the recent runs
+                cursor.execute(
+                    f"SELECT published_result FROM {_run_table()} WHERE session_id = %s AND id <> %s AND intent = %s "  # noqa: S608
+                    "AND outcome = %s AND published_result IS NOT NULL ORDER BY created_at DESC, id DESC LIMIT 1",
+                    [_uuid(session_id), _uuid(exclude_run_id), Intent.DIAGNOSIS.value, Outcome.SUCCESS.value],
+                )
+                row = cursor.fetchone()
+            published = row[0] if row else None
+        if published is None:
+            return None
+        stored = json.loads(published) if isinstance(published, str | bytes) else published
+        return stored if isinstance(stored, Mapping) else None
 
     def start_run(self, start: RunStart) -> bool:
-        claimed = Run.objects.filter(id=start.run_id, status=RunStatus.QUEUED).update(
-            status=RunStatus.RUNNING, started_at=start.started_at
-        )
-        if claimed:
-            return True
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {_run_table()} SET status = %s, started_at = %s WHERE id = %s AND status = %s",  # noqa: S608
+                [RunStatus.RUNNING.value, _when(start.started_at), _uuid(start.run_id), RunStatus.QUEUED.value],
+            )
+            if cursor.rowcount:
+                return True
         if Run.objects.filter(id=start.run_id).exists():
             return False
         # A run nobody queued (the harness used without the API): create it already running.
@@ -97,79 +152,166 @@ class DjangoRunStore:
         return True
 
     def record_intent(self, *, run_id: str, intent: str) -> None:
-        Run.objects.filter(id=run_id).update(intent=intent)
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {_run_table()} SET intent = %s WHERE id = %s", [intent, _uuid(run_id)])  # noqa: S608
 
     def finish_run(self, finish: RunFinish) -> bool:
         result = finish.result
         usage = result.usage
-        return bool(
-            Run.objects.filter(id=finish.run_id, status=RunStatus.RUNNING).update(
-                status=result.status.value,
-                outcome=result.outcome.value,
-                intent=result.intent or "",
-                content=result.content.to_dict() if result.content else None,
-                published_result=dict(result.published_result) if result.published_result else None,
-                fallback_reason=result.fallback_reason or "",
-                failure_code=result.failure.code if result.failure else "",
-                failure_message=result.failure.message[:300] if result.failure else "",
-                model_calls=usage.model_calls,
-                tool_calls=usage.tool_calls,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                finished_at=finish.finished_at,
-                duration_ms=result.duration_ms,
-                model_ms=result.model_ms,
-                backend_ms=result.backend_ms,
+        values = {
+            "status": result.status.value,
+            "outcome": result.outcome.value,
+            "intent": result.intent or "",
+            "content": _json(result.content.to_dict() if result.content else None),
+            "published_result": _json(dict(result.published_result) if result.published_result else None),
+            "fallback_reason": result.fallback_reason or "",
+            "failure_code": result.failure.code if result.failure else "",
+            "failure_message": result.failure.message[:300] if result.failure else "",
+            "model_calls": usage.model_calls,
+            "tool_calls": usage.tool_calls,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "finished_at": _when(finish.finished_at),
+            "duration_ms": result.duration_ms,
+            "model_ms": result.model_ms,
+            "backend_ms": result.backend_ms,
+        }
+        assignments = ", ".join(f"{connection.ops.quote_name(column)} = %s" for column in values)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {_run_table()} SET {assignments} WHERE id = %s AND status = %s",  # noqa: S608
+                [*values.values(), _uuid(finish.run_id), RunStatus.RUNNING.value],
             )
-        )
+            return bool(cursor.rowcount)
+
+
+Row = tuple[type[Any], dict[str, Any]]
+
+
+def _db_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return _when(value)
+    if isinstance(value, uuid.UUID):
+        return value.hex
+    if isinstance(value, dict | list | tuple):
+        return json.dumps(value, cls=DjangoJSONEncoder)
+    return value
+
+
+def insert_rows(rows: Sequence[Row]) -> None:
+    """Insert rows of several tables, one multi-row statement per table, skipping duplicates
+    (so writing the same rows twice is harmless). Plain SQL: the ORM's bulk_create spends
+    more time preparing a run's few dozen rows than the database spends storing them."""
+    by_model: dict[type[Any], list[dict[str, Any]]] = defaultdict(list)
+    for model, values in rows:
+        by_model[model].append(values)
+    quote = connection.ops.quote_name
+    insert = connection.ops.insert_statement(on_conflict=OnConflict.IGNORE)
+    with connection.cursor() as cursor:
+        for model, batch in by_model.items():
+            columns = list(batch[0])
+            cursor.executemany(
+                f"{insert} {quote(model._meta.db_table)} ({', '.join(quote(c) for c in columns)}) "
+                f"VALUES ({', '.join(['%s'] * len(columns))})",
+                [[_db_value(values[c]) for c in columns] for values in batch],
+            )
 
 
 class DjangoAuditSinks:
-    """Step, tool, timeline and reasoning records as rows. The harness calls these fail-open."""
+    """Step, tool, timeline and reasoning records as rows, written in bulk.
+
+    Records are buffered per run and written together by ``flush`` (one transaction, one
+    INSERT per table) when the run ends, or sooner once a run has buffered ``FLUSH_AT``.
+    The harness calls the record methods fail-open; ``flush`` is fail-open too.
+    """
+
+    FLUSH_AT = 200
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, list[Row]] = defaultdict(list)
+
+    def _add(self, run_id: str, model: type[Any], values: dict[str, Any]) -> None:
+        values["run_id"] = _uuid(run_id)
+        with self._lock:
+            pending = self._pending[run_id]
+            pending.append((model, values))
+            full = len(pending) >= self.FLUSH_AT
+        if full:
+            self.flush(run_id)
 
     def record_step(self, record: StepRecord) -> None:
-        AgentStep.objects.create(
-            run_id=record.run_id,
-            index=record.index,
-            purpose=record.purpose,
-            role=record.role,
-            message_count=record.message_count,
-            message_roles=list(record.message_roles),
-            has_text=record.has_text,
-            tool_call_names=list(record.tool_call_names),
-            input_tokens=record.input_tokens,
-            output_tokens=record.output_tokens,
-            duration_ms=record.duration_ms,
-            error_code=record.error_code or "",
+        self._add(
+            record.run_id,
+            AgentStep,
+            {
+                "index": record.index,
+                "purpose": record.purpose,
+                "role": record.role,
+                "message_count": record.message_count,
+                "message_roles": list(record.message_roles),
+                "has_text": record.has_text,
+                "tool_call_names": list(record.tool_call_names),
+                "input_tokens": record.input_tokens,
+                "output_tokens": record.output_tokens,
+                "duration_ms": record.duration_ms,
+                "error_code": record.error_code or "",
+                "created_at": timezone.now(),
+            },
         )
 
     def record_tool(self, record: ToolAuditRecord) -> None:
-        ToolInvocation.objects.create(
-            run_id=record.run_id,
-            tool_call_id=record.tool_call_id,
-            tool=record.tool,
-            status=record.status.value,
-            evidence_status=record.evidence_status or "",
-            error_code=record.error_code or "",
-            duration_ms=record.duration_ms,
-            request_bytes=record.request_bytes,
-            result_bytes=record.result_bytes,
+        self._add(
+            record.run_id,
+            ToolInvocation,
+            {
+                "tool_call_id": record.tool_call_id,
+                "tool": record.tool,
+                "status": record.status.value,
+                "evidence_status": record.evidence_status or "",
+                "error_code": record.error_code or "",
+                "duration_ms": record.duration_ms,
+                "request_bytes": record.request_bytes,
+                "result_bytes": record.result_bytes,
+                "created_at": timezone.now(),
+            },
         )
 
     def append(self, event: TimelineEvent) -> None:
-        TraceEvent.objects.create(
-            run_id=event.run_id,
-            category=event.category.value,
-            name=event.name,
-            at=event.at,
-            details={k: v for k, v in event.details.items() if v is not None},
+        self._add(
+            event.run_id,
+            TraceEvent,
+            {
+                "category": event.category.value,
+                "name": event.name,
+                "at": event.at,
+                "details": {k: v for k, v in event.details.items() if v is not None},
+            },
         )
 
     def record_reasoning(self, record: ReasoningRecord) -> None:
-        ReasoningAudit.objects.create(
-            run_id=record.run_id,
-            step_index=record.step_index,
-            purpose=record.purpose,
-            reasoning=record.reasoning[:MAX_REASONING_CHARS] if record.reasoning else None,
-            assistant_text=record.assistant_text[:MAX_REASONING_CHARS] if record.assistant_text else None,
+        self._add(
+            record.run_id,
+            ReasoningAudit,
+            {
+                "step_index": record.step_index,
+                "purpose": record.purpose,
+                "reasoning": record.reasoning[:MAX_REASONING_CHARS] if record.reasoning else None,
+                "assistant_text": record.assistant_text[:MAX_REASONING_CHARS] if record.assistant_text else None,
+                "created_at": timezone.now(),
+            },
         )
+
+    def flush(self, run_id: str, *, also: Sequence[Row] = ()) -> None:
+        """Write the run's buffered rows in one transaction (with ``also``'s rows, if given)."""
+        with self._lock:
+            rows = self._pending.pop(run_id, [])
+        rows.extend(also)
+        if not rows:
+            return
+        try:
+            # No transaction: each table's rows go in one statement, and a partial write of an
+            # audit trail is better than the extra round trips of BEGIN/COMMIT per run.
+            insert_rows(rows)
+        except Exception as exc:  # noqa: BLE001 - audit is fail-open
+            logger.warning("audit flush failed for run %s: %s", run_id, type(exc).__name__)

@@ -12,6 +12,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from chat import services
+from chat.events import RunEventStorage, channel_for
 from chat.models import ApiKey, RunEvent
 from tests.django_fixtures import Caller
 from traces.models import AgentStep, ChatSession, Run, ToolInvocation, TraceEvent
@@ -25,7 +26,10 @@ def ask(caller: Caller, question: str = DIAGNOSIS, **extra: Any) -> Any:
 
 
 def events_of(run_id: str) -> list[tuple[str, dict[str, Any]]]:
-    return [(e.event_type, json.loads(e.data)) for e in RunEvent.objects.filter(run_id=run_id).order_by("seq")]
+    """The run's stream as a client would replay it from the start."""
+    events = RunEventStorage().get_events(channel_for(run_id), 0, limit=1_000)
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    return [(e.type, json.loads(e.data)) for e in events]
 
 
 def queued_messages(redis: Any) -> int:
@@ -77,10 +81,15 @@ def test_the_worker_body_runs_the_run_once_and_polling_shows_the_result(alice: C
     kinds = [kind for kind, _ in events_of(run_id)]
     assert kinds[0] == "metadata" and kinds[-2:] == ["content", "done"]
 
+    # The ended run's stream was archived to its rows, identical to the live list.
+    assert [
+        (r.event_type, json.loads(r.data)) for r in RunEvent.objects.filter(run_id=run_id).order_by("seq")
+    ] == events_of(run_id)
+
     # A redelivered message for a finished run does nothing at all.
-    before = RunEvent.objects.filter(run_id=run_id).count(), AgentStep.objects.filter(run_id=run_id).count()
+    before = events_of(run_id), AgentStep.objects.filter(run_id=run_id).count()
     services.run_execute(run_id=run_id)
-    after = RunEvent.objects.filter(run_id=run_id).count(), AgentStep.objects.filter(run_id=run_id).count()
+    after = events_of(run_id), AgentStep.objects.filter(run_id=run_id).count()
     assert before == after
     assert alice.get(f"/api/runs/{run_id}").json() == polled
 
@@ -207,8 +216,9 @@ def test_missing_or_invalid_keys_are_401(service: Any, header: str | None, code:
 
 
 def test_a_revoked_key_no_longer_works(alice: Caller) -> None:
-    ApiKey.objects.filter(user=alice.user).update(revoked_at=timezone.now())
-    assert_error(ask(alice), 401, "invalid_api_key")
+    assert ask(alice).status_code == 202
+    services.api_key_revoke(key=ApiKey.objects.get(user=alice.user))
+    assert_error(ask(alice, "again"), 401, "invalid_api_key")
 
 
 def test_malformed_ids_in_urls_are_400(alice: Caller) -> None:
