@@ -47,6 +47,13 @@ _cache: dict[str, tuple[Any, float]] = {}
 _cache_lock = threading.Lock()
 
 
+def cached_user_for_key(raw_key: str) -> Any | None:
+    """The key's user if this process verified it within the TTL (no database), else None."""
+    with _cache_lock:
+        cached = _cache.get(digest(raw_key))
+    return cached[0] if cached is not None and cached[1] > time.monotonic() else None
+
+
 def user_for_key(raw_key: str) -> Any | None:
     if not raw_key.startswith(KEY_PREFIX):
         return None

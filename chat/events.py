@@ -63,7 +63,7 @@ class RunEventStorage(StorageBase):  # type: ignore[misc]
         run_id = run_id_of(channel)
         if run_id is None:
             raise ValueError(f"not a run channel: {channel!r}")
-        key = _events_key(run_id)
+        key = events_key(run_id)
         pipe = client().pipeline()
         pipe.rpush(key, orjson.dumps({"t": event_type, "d": data}))
         pipe.expire(key, _ttl_s())
@@ -75,8 +75,8 @@ class RunEventStorage(StorageBase):  # type: ignore[misc]
         if run_id is None:
             return []
         pipe = client().pipeline()
-        pipe.exists(_events_key(run_id))
-        pipe.lrange(_events_key(run_id), last_id, last_id + limit - 1)
+        pipe.exists(events_key(run_id))
+        pipe.lrange(events_key(run_id), last_id, last_id + limit - 1)
         live, items = pipe.execute()
         if live:
             return [_event(channel, last_id + i + 1, item) for i, item in enumerate(items)]
@@ -89,8 +89,8 @@ class RunEventStorage(StorageBase):  # type: ignore[misc]
         if run_id is None:
             return 0, None
         pipe = client().pipeline(transaction=False)
-        pipe.llen(_events_key(run_id))
-        pipe.lindex(_events_key(run_id), -1)
+        pipe.llen(events_key(run_id))
+        pipe.lindex(events_key(run_id), -1)
         count, last = pipe.execute()
         if count:
             return int(count), orjson.loads(last)["t"]
@@ -101,14 +101,14 @@ class RunEventStorage(StorageBase):  # type: ignore[misc]
         run_id = run_id_of(channel)
         if run_id is None:
             return 0
-        count = int(client().llen(_events_key(run_id)))
+        count = int(client().llen(events_key(run_id)))
         if count:
             return count
         current: int | None = RunEvent.objects.filter(run_id=run_id).aggregate(m=Max("seq"))["m"]
         return current or 0
 
 
-def _events_key(run_id: uuid.UUID | str) -> str:
+def events_key(run_id: uuid.UUID | str) -> str:
     return f"sba:ev:{run_id}"
 
 
@@ -126,7 +126,7 @@ def event_rows(run_id: uuid.UUID | str) -> list[Row]:
     rows: list[Row] = []
     now = timezone.now()
     run = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(run_id)
-    for seq, item in enumerate(client().lrange(_events_key(run_id), 0, -1), start=1):
+    for seq, item in enumerate(client().lrange(events_key(run_id), 0, -1), start=1):
         parsed = orjson.loads(item)
         rows.append(
             (RunEvent, {"run_id": run, "seq": seq, "event_type": parsed["t"], "data": parsed["d"], "created_at": now})
@@ -177,7 +177,7 @@ def emit_many(
     listeners expect), batched: a run's last events (``content``, ``done``) go out together.
     """
     channel = channel_for(run_id)
-    key = _events_key(run_id)
+    key = events_key(run_id)
     encoded = [(event_type, json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False)) for event_type, data in events]
     redis = client()
     length = int(redis.rpush(key, *(orjson.dumps({"t": t, "d": d}) for t, d in encoded)))

@@ -22,7 +22,7 @@ from chat.redis_store import request_cancel
 from harness.application import ChatRequest, RunNotClaimed
 from harness.context import CancelReason
 from traces.models import ACTIVE_STATUSES, ChatSession, Feedback, Outcome, Run, RunStatus
-from traces.stores import Row
+from traces.stores import Row, fast_insert
 
 logger = logging.getLogger(__name__)
 
@@ -84,11 +84,13 @@ def chat_submit(
                 run = Run.objects.create(session=session, **fields)
         else:
             # A new session has no other run to race with: no lock, no transaction needed.
-            session = ChatSession.objects.create(owner=user, title=question[:80])
+            session = ChatSession(owner=user, title=question[:80])
+            fast_insert(session)
+            run = Run(session=session, **fields)
             try:
-                run = Run.objects.create(session=session, **fields)
+                fast_insert(run)
             except IntegrityError:
-                session.delete()
+                ChatSession.objects.filter(id=session.id).delete()
                 raise
     except IntegrityError:
         # Two requests raced with one Idempotency-Key; the other one won.

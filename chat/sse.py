@@ -1,51 +1,63 @@
 """GET /api/runs/{id}/events: the run's Server-Sent Events stream (ASGI).
 
-Events are read from the run's stored rows first and then followed live through
-django-eventstream's listener manager, which receives what workers publish via Redis.
-The loop here replaces the library's own streaming view for two reasons:
+Events are read from storage first (the run's Redis list, or its archived rows) and then
+followed live through django-eventstream's listener manager, which receives what workers
+publish via Redis. The loop here replaces the library's streaming view for two reasons:
 
 - a client that connects without ``Last-Event-ID`` must get the whole stream from event 1
   (the library starts at the current event, with no backlog);
-- a live event that arrives while the rows are being read must be neither lost nor sent
+- a live event that arrives while storage is being read must be neither lost nor sent
   twice. The listener's queue is emptied *before* each read, and live events are taken only
   in sequence (id = last + 1): anything older is a duplicate and is skipped, any gap sends the
-  loop back to the rows.
+  loop back to storage.
 
 The stream ends after ``done``. A client that reconnects after ``done`` gets 204, which tells
 an EventSource to stop reconnecting. Ids are plain integers; ``Last-Event-ID`` may also be in
 the library's ``run-<id>:<n>`` form.
+
+The same stream is served two ways: ``serve_stream``, a plain ASGI app that the ASGI entry
+point puts in front of Django for this one path (a stream then costs a few awaits instead of
+a Django request cycle), and ``run_events``, the Django view behind the same URL (for the
+test client, WSGI, and ``reverse``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import re
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs
 
+import orjson
+import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django_eventstream.event import Event
 from django_eventstream.utils import sse_encode_event
 from django_eventstream.views import Listener, get_listener_manager
 
-from chat.authentication import key_from_header, user_for_key
+from chat.authentication import cached_user_for_key, key_from_header, user_for_key
 from chat.errors import envelope
-from chat.events import TERMINAL_EVENT, RunEventStorage, channel_for, owner_key
-from chat.redis_store import client
+from chat.events import TERMINAL_EVENT, RunEventStorage, channel_for, events_key, owner_key
 from traces.models import Run
 
 logger = logging.getLogger(__name__)
 
 BATCH = 500
-#: How long to wait for a live event before looking at the rows again (a missed pub/sub
+#: How long to wait for a live event before looking at storage again (a missed pub/sub
 #: message costs at most this much delay) and how often to send a keep-alive comment.
 POLL_S = 2.0
 KEEP_ALIVE_S = 15.0
 _LAST_ID = re.compile(r"^(?:run-[0-9a-fA-F-]{36}:)?(\d{1,9})$")
+HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
 
 class InvalidLastEventId(ValueError):
@@ -61,71 +73,123 @@ def parse_last_event_id(value: str | None) -> int:
     return int(found.group(1))
 
 
-def _authorise(request: HttpRequest, run_id: str) -> tuple[Any, HttpResponse | None]:
-    # Streams read from the loop's executor threads, outside Django's request cycle: let
-    # the thread's connection be checked (and replaced if stale) like a request's would be.
+@dataclass(frozen=True)
+class Refusal:
+    status: int
+    code: str = ""
+    message: str = ""
+
+    def body(self) -> bytes:
+        return orjson.dumps(envelope(self.code, self.message)) if self.code else b""
+
+
+UNAUTHENTICATED = Refusal(401, "unauthenticated", "Authentication is required: send 'Authorization: Bearer <key>'.")
+INVALID_KEY = Refusal(401, "invalid_api_key", "The API key is missing, malformed, unknown or revoked.")
+NOT_FOUND = Refusal(404, "not_found", "No such run.")
+INVALID_ID = Refusal(400, "invalid_id", "The id in the URL is not a valid UUID.")
+INVALID_LAST_ID = Refusal(400, "invalid_last_event_id", "Last-Event-ID must be an event id from this stream.")
+METHOD_NOT_ALLOWED = Refusal(405, "method_not_allowed", "This method is not allowed here.")
+FINISHED = Refusal(204)
+
+
+@functools.cache
+def _aredis() -> aioredis.Redis:
+    return aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=2.0, socket_connect_timeout=2.0)
+
+
+def _user_from_db(raw: str) -> Any | None:
+    # Streams read from the loop's executor threads, outside Django's request cycle: let the
+    # thread's connection be checked (and replaced if stale) as a request's would be.
     close_old_connections()
-    raw = key_from_header(request.META.get("HTTP_AUTHORIZATION"))
+    return user_for_key(raw)
+
+
+def _owns_in_db(user: Any, run_key: str) -> bool:
+    close_old_connections()
+    runs = Run.objects.all() if user.is_staff else Run.objects.filter(owner_id=user.pk)
+    return runs.filter(id=run_key).exists()
+
+
+async def _authorise(authorization: str | None, run_key: str) -> Any:
+    """The user who may read the run's stream, or a Refusal. No database in the usual case:
+    the key was verified recently and the run's owner is in Redis."""
+    raw = key_from_header(authorization)
     if raw is None:
-        return None, _error(401, "unauthenticated", "Authentication is required: send 'Authorization: Bearer <key>'.")
-    user = user_for_key(raw) if raw else None
+        return UNAUTHENTICATED
+    user = (
+        (cached_user_for_key(raw) or await sync_to_async(_user_from_db, thread_sensitive=False)(raw)) if raw else None
+    )
     if user is None:
-        return None, _error(401, "invalid_api_key", "The API key is missing, malformed, unknown or revoked.")
-    owner = client().get(owner_key(run_id))
+        return INVALID_KEY
+    owner = await _aredis().get(owner_key(run_key))
     if owner is not None and (user.is_staff or int(owner) == user.pk):
-        return user, None
-    runs = Run.objects.all() if user.is_staff else Run.objects.filter(owner=user)
-    if not runs.filter(id=run_id).exists():
-        return user, _error(404, "not_found", "No such run.")
-    return user, None
+        return user
+    if await sync_to_async(_owns_in_db, thread_sensitive=False)(user, run_key):
+        return user
+    return NOT_FOUND
 
 
-def _error(status: int, code: str, message: str) -> HttpResponse:
-    response = JsonResponse(envelope(code, message), status=status)
-    if status == 401:
-        response["WWW-Authenticate"] = 'Bearer realm="api"'
-    return response
+async def _read(storage: RunEventStorage, channel: str, run_key: str, last_id: int, limit: int) -> list[Event]:
+    """Events after ``last_id``: from the live Redis list, or from the archived rows."""
+    pipe = _aredis().pipeline(transaction=False)
+    pipe.exists(events_key(run_key))
+    pipe.lrange(events_key(run_key), last_id, last_id + limit - 1)
+    live, items = await pipe.execute()
+    if live:
+        return [
+            Event(channel, (p := orjson.loads(item))["t"], p["d"], id=last_id + i + 1) for i, item in enumerate(items)
+        ]
+    events: list[Event] = await sync_to_async(storage.get_events, thread_sensitive=False)(channel, last_id, limit)
+    return events
+
+
+async def _newest(storage: RunEventStorage, channel: str, run_key: str) -> tuple[int, str | None]:
+    pipe = _aredis().pipeline(transaction=False)
+    pipe.llen(events_key(run_key))
+    pipe.lindex(events_key(run_key), -1)
+    count, last = await pipe.execute()
+    if count:
+        return int(count), orjson.loads(last)["t"]
+    newest: tuple[int, str | None] = await sync_to_async(storage.last_event, thread_sensitive=False)(channel)
+    return newest
+
+
+async def open_stream(
+    run_id: str, authorization: str | None, last_event_id: str | None
+) -> Refusal | AsyncIterator[str]:
+    """Check everything, then return the stream (or why there is none)."""
+    try:
+        run_key = str(uuid.UUID(run_id))
+    except ValueError:
+        return INVALID_ID
+    user = await _authorise(authorization, run_key)
+    if isinstance(user, Refusal):
+        return user
+    try:
+        last_id = parse_last_event_id(last_event_id)
+    except InvalidLastEventId:
+        return INVALID_LAST_ID
+    storage = RunEventStorage()
+    channel = channel_for(run_key)
+    newest, newest_type = await _newest(storage, channel, run_key)
+    if newest_type == TERMINAL_EVENT and last_id >= newest:
+        return FINISHED
+    return _stream(storage, channel, run_key, last_id, user.pk)
 
 
 def _encode(event: Event) -> str:
     return str(sse_encode_event(event.type, event.data, event_id=str(event.id)))
 
 
-async def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
-    try:
-        run_key = str(uuid.UUID(run_id))
-    except ValueError:
-        return _error(400, "invalid_id", "The id in the URL is not a valid UUID.")
-    if request.method != "GET":
-        return _error(405, "method_not_allowed", "This method is not allowed here.")
-    # Not thread_sensitive: stream setup and reads must not queue behind the process's sync views.
-    user, refusal = await sync_to_async(_authorise, thread_sensitive=False)(request, run_key)
-    if refusal is not None:
-        return refusal
-    header = request.headers.get("Last-Event-ID") or request.GET.get("lastEventId")
-    try:
-        last_id = parse_last_event_id(header)
-    except InvalidLastEventId:
-        return _error(400, "invalid_last_event_id", "Last-Event-ID must be an event id from this stream.")
-    storage = RunEventStorage()
-    channel = channel_for(run_key)
-    newest, newest_type = await sync_to_async(storage.last_event, thread_sensitive=False)(channel)
-    if newest_type == TERMINAL_EVENT and last_id >= newest:
-        return HttpResponse(status=204)
-    response = StreamingHttpResponse(_stream(storage, channel, last_id, user.pk), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
-
-
-async def _stream(storage: RunEventStorage, channel: str, last_id: int, user_id: Any) -> AsyncIterator[str]:
+async def _stream(
+    storage: RunEventStorage, channel: str, run_key: str, last_id: int, user_id: Any
+) -> AsyncIterator[str]:
     manager = get_listener_manager()
     listener = Listener()
     listener.user_id = user_id
     listener.channels = {channel}
     listener.assign_loop()
     manager.add_listener(listener)
-    read = sync_to_async(storage.get_events, thread_sensitive=False)
     loop = asyncio.get_running_loop()
     try:
         # Field lines with no blank line after them: they belong to the next event's block, so
@@ -136,11 +200,11 @@ async def _stream(storage: RunEventStorage, channel: str, last_id: int, user_id:
                 listener.channel_items = {}
                 listener.overflow = False
                 listener.aevent.clear()
-            events = await read(channel, last_id, limit=BATCH)
-            for event in events:
-                last_id = int(event.id)
-                yield _encode(event)
-                if event.type == TERMINAL_EVENT:
+            events = await _read(storage, channel, run_key, last_id, BATCH)
+            if events:
+                last_id = int(events[-1].id)
+                yield "".join(_encode(e) for e in events)
+                if events[-1].type == TERMINAL_EVENT:
                     return
             if len(events) == BATCH:
                 continue
@@ -152,26 +216,105 @@ async def _stream(storage: RunEventStorage, channel: str, last_id: int, user_id:
                     if loop.time() - quiet_since >= KEEP_ALIVE_S:
                         yield ": keep-alive\n"
                         quiet_since = loop.time()
-                    break  # look at the rows again, in case a live event went missing
+                    break  # look at storage again, in case a live event went missing
                 with manager.lock:
                     items = listener.channel_items.pop(channel, [])
                     overflow = listener.overflow
                     listener.overflow = False
                     listener.aevent.clear()
                 gap = overflow
+                chunk = []
+                finished = False
                 for event in items:
                     event_id = int(event.id) if event.id is not None else 0
                     if event_id <= last_id:
-                        continue  # already sent (read from the rows)
+                        continue  # already sent (read from storage)
                     if event_id != last_id + 1:
                         gap = True
                         break
                     last_id = event_id
-                    yield _encode(event)
+                    chunk.append(_encode(event))
                     if event.type == TERMINAL_EVENT:
-                        return
+                        finished = True
+                        break
+                if chunk:
+                    yield "".join(chunk)
+                if finished:
+                    return
                 if gap:
                     break
     finally:
         listener.aevent.set()
         manager.remove_listener(listener)
+
+
+# --- served as plain ASGI ------------------------------------------------------------------
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+async def serve_stream(scope: dict[str, Any], receive: Any, send: Any, run_id: str) -> None:
+    if scope.get("method") != "GET":
+        opened: Refusal | AsyncIterator[str] = METHOD_NOT_ALLOWED
+    else:
+        last = _header(scope, b"last-event-id")
+        if not last:
+            values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("lastEventId", [])
+            last = next((v for v in reversed(values) if v), None)
+        opened = await open_stream(run_id, _header(scope, b"authorization"), last)
+    if isinstance(opened, Refusal):
+        body = opened.body()
+        headers = [(b"content-type", b"application/json")] if body else []
+        if opened.status == 401:
+            headers.append((b"www-authenticate", b'Bearer realm="api"'))
+        await send({"type": "http.response.start", "status": opened.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        async for chunk in opened:
+            if watcher.done():
+                break
+            await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})
+        else:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except OSError:
+        pass  # the client went away mid-send
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await opened.aclose()  # type: ignore[attr-defined]
+
+
+# --- served by Django ----------------------------------------------------------------------
+
+
+async def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
+    if request.method != "GET":
+        opened: Refusal | AsyncIterator[str] = METHOD_NOT_ALLOWED
+    else:
+        last = request.headers.get("Last-Event-ID") or request.GET.get("lastEventId")
+        opened = await open_stream(run_id, request.META.get("HTTP_AUTHORIZATION"), last)
+    if isinstance(opened, Refusal):
+        if opened.status == 204:
+            return HttpResponse(status=204)
+        response: HttpResponseBase = JsonResponse(envelope(opened.code, opened.message), status=opened.status)
+        if opened.status == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="api"'
+        return response
+    response = StreamingHttpResponse(opened, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response

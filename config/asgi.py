@@ -3,9 +3,9 @@
 Django's own ASGIHandler runs each request's synchronous code (DRF views, the ORM) on a
 thread created for that request, so each request also opens a new database connection.
 Here sync code runs on a small pool of long-lived threads instead, each keeping its
-connection (``CONN_MAX_AGE``), handed to one request at a time. Event streams take no pooled
-thread: they hold their request open for minutes and do their few reads on the loop's
-default executor.
+connection (``CONN_MAX_AGE``), handed to one request at a time. Event streams do not enter
+Django at all: they are served by ``chat.sse.serve_stream``, a plain ASGI app that reads
+Redis asynchronously and touches the database only when Redis cannot answer.
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ django.setup(set_prefix=False)
 from django.conf import settings  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 
-_STREAM = re.compile(r"^/api/runs/[^/]+/events$")
+from chat.sse import serve_stream  # noqa: E402
+from config.gc import freeze_startup_objects  # noqa: E402
+
+_STREAM = re.compile(r"^/api/runs/([^/]+)/events$")
 
 
 class PooledThreadsASGIHandler(ASGIHandler):
@@ -37,8 +40,9 @@ class PooledThreadsASGIHandler(ASGIHandler):
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
-        if _STREAM.match(scope.get("path", "")):
-            await self.handle(scope, receive, send)
+        stream = _STREAM.match(scope.get("path", ""))
+        if stream:
+            await serve_stream(scope, receive, send, stream.group(1))
             return
         if self._free is None:
             self._free = asyncio.Queue()
@@ -53,3 +57,6 @@ class PooledThreadsASGIHandler(ASGIHandler):
 
 
 application = PooledThreadsASGIHandler(threads=settings.WEB_SYNC_THREADS)
+
+# Everything loaded so far lives as long as the process: keep the collector from rescanning it.
+freeze_startup_objects()

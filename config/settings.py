@@ -139,6 +139,7 @@ CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT_S
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "runs"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_WORKER_DISABLE_RATE_LIMITS = True  # no task is rate limited: skip the per-task token bucket
 
 _r = urlparse(REDIS_URL)
 # Events sent by workers reach the web processes' listeners through Redis pub/sub.

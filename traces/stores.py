@@ -217,6 +217,31 @@ def insert_rows(rows: Sequence[Row]) -> None:
             )
 
 
+_INSERT_SQL: dict[type[Any], tuple[str, list[Any]]] = {}
+
+
+def fast_insert(obj: Any) -> None:
+    """INSERT one model instance, its values prepared by the fields themselves (defaults,
+    auto_now, JSON, UUIDs) but without the ORM's query compiler: for rows written on every
+    request. Database errors (IntegrityError…) surface as Django's, as with ``save()``."""
+    model = type(obj)
+    cached = _INSERT_SQL.get(model)
+    if cached is None:
+        fields = [f for f in model._meta.concrete_fields if not getattr(f, "db_returning", False)]
+        quote = connection.ops.quote_name
+        sql = (
+            f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "  # noqa: S608 - names from the model
+            f"VALUES ({', '.join(['%s'] * len(fields))})"
+        )
+        cached = _INSERT_SQL[model] = (sql, fields)
+    sql, fields = cached
+    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+    obj._state.adding = False
+    obj._state.db = connection.alias
+
+
 class DjangoAuditSinks:
     """Step, tool, timeline and reasoning records as rows, written in bulk.
 
