@@ -154,9 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  {intent:<11} sequential median {r['median']:7.2f} ms  p95 {r['p95']:7.2f} ms  = {ratio:5.1f}× no-op "
             f"(target ≤ {TARGET_RATIO[intent]:.0f}×) {'OK' if ratio_ok else 'MISSED'}"
         )
-        rounds = ", ".join(f"{x:.0f}" for x in r["rounds"])
+        shown = ", ".join(f"{x:.0f}" for x in r["rounds"])
         print(
-            f"  {'':<11} {args.clients} clients   {r['rate']:7.1f} runs/s median of rounds [{rounds}] "
+            f"  {'':<11} {args.clients} clients   {r['rate']:7.1f} runs/s median of rounds [{shown}] "
             f"(target ≥ {TARGET_RATE[intent]:.0f}) {'OK' if rate_ok else 'MISSED'}"
         )
     return 0 if ok else 1

@@ -14,7 +14,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
-@worker_ready.connect
+@worker_ready.connect  # type: ignore[untyped-decorator]
 def _freeze(**_: object) -> None:
     from config.gc import freeze_startup_objects
 
