@@ -53,8 +53,11 @@ format: $(STAMP) ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(STAMP) ## benchmark the harness overhead per run and per tool call
-	$(BIN)/python -m bench.harness_bench
+bench: $(STAMP) ## benchmark the harness alone, then the whole service on MariaDB + Redis
+	@status=0; \
+	$(BIN)/python -m bench.harness_bench || status=1; \
+	$(BIN)/python -m chat.stack ensure-redis && $(BIN)/python -m bench.service_bench || status=1; \
+	exit $$status
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -138,7 +138,7 @@ def archive_events(run_id: uuid.UUID | str) -> int:
     """Copy a run's event list into its rows (idempotent). Called when the run has ended."""
     rows = event_rows(run_id)
     if rows:
-        insert_rows(rows)
+        insert_rows(rows, skip_duplicates=True)
     return len(rows)
 
 

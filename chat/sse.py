@@ -17,8 +17,9 @@ the library's ``run-<id>:<n>`` form.
 
 The same stream is served two ways: ``serve_stream``, a plain ASGI app that the ASGI entry
 point puts in front of Django for this one path (a stream then costs a few awaits instead of
-a Django request cycle), and ``run_events``, the Django view behind the same URL (for the
-test client, WSGI, and ``reverse``).
+a Django request cycle), and ``run_events``, the Django view behind the same URL (for
+Django's own handlers and test clients, and ``reverse``). Following a run live needs an ASGI
+server: django-eventstream's Redis listener lives in the process's event loop.
 """
 
 from __future__ import annotations
@@ -92,8 +93,13 @@ METHOD_NOT_ALLOWED = Refusal(405, "method_not_allowed", "This method is not allo
 FINISHED = Refusal(204)
 
 
-@functools.cache
 def _aredis() -> aioredis.Redis:
+    """The asyncio Redis client of the running event loop (its connections belong to it)."""
+    return _client_for(asyncio.get_running_loop())
+
+
+@functools.lru_cache(maxsize=8)
+def _client_for(loop: asyncio.AbstractEventLoop) -> aioredis.Redis:
     return aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=2.0, socket_connect_timeout=2.0)
 
 

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from chat.redis_store import RedisCancelSignal, RedisInvocationStore
 from harness.application import ChatApplication, HarnessSettings
@@ -28,6 +29,9 @@ ROLES = ("router", "agent", "guard")
 def _role_config(role: str) -> OpenAIConfig | None:
     llm: dict[str, Any] = settings.LLM
     own = llm["ROLES"][role]
+    if own["BASE_URL"] and not own["API_KEY"]:
+        # Never send one provider's key to another provider's endpoint.
+        raise ImproperlyConfigured(f"LLM_{role.upper()}_BASE_URL is set, so LLM_{role.upper()}_API_KEY must be too")
     base_url = own["BASE_URL"] or llm["BASE_URL"]
     api_key = own["API_KEY"] or llm["API_KEY"]
     if not (base_url and api_key):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -81,35 +82,43 @@ class DjangoRunStore:
     #: how many of a session's latest runs one query reads for both pieces of memory
     RECENT_RUNS = 20
 
-    def __init__(self) -> None:
-        self._recent: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+    #: how long rows read for routing_context wait for latest_published_diagnosis
+    MEMO_S = 2.0
 
-    def _recent_runs(self, session_id: str, exclude_run_id: str) -> list[tuple[Any, ...]]:
-        """The session's latest routed runs, read once for routing_context and
-        latest_published_diagnosis (the harness asks for both, one after the other)."""
+    def __init__(self) -> None:
+        self._recent: dict[tuple[str, str], tuple[float, list[tuple[Any, ...]]]] = {}
+
+    def _recent_runs(self, session_id: str, exclude_run_id: str, *, remember: bool) -> list[tuple[Any, ...]]:
+        """The session's latest routed runs, read once for routing_context and then
+        latest_published_diagnosis (the harness asks for both, in that order, one after the
+        other). Only routing_context leaves its rows behind, and only for ``MEMO_S``."""
         key = (session_id, exclude_run_id)
-        cached = self._recent.pop(key, None)
-        if cached is not None:
-            return cached
+        memo = self._recent.pop(key, None)
+        if memo is not None and time.monotonic() - memo[0] <= self.MEMO_S:
+            rows = memo[1]
+        else:
+            rows = self._query_recent(session_id, exclude_run_id)
+        if remember:
+            if len(self._recent) > 64:
+                self._recent.clear()
+            self._recent[key] = (time.monotonic(), rows)
+        return rows
+
+    def _query_recent(self, session_id: str, exclude_run_id: str) -> list[tuple[Any, ...]]:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT intent, question, outcome, published_result FROM {_run_table()} "  # noqa: S608 - the model's table
                 "WHERE session_id = %s AND id <> %s AND intent <> '' ORDER BY created_at DESC, id DESC LIMIT %s",
                 [_uuid(session_id), _uuid(exclude_run_id), self.RECENT_RUNS],
             )
-            rows = [tuple(row) for row in cursor.fetchall()]
-        if len(self._recent) > 64:
-            self._recent.clear()
-        self._recent[key] = rows
-        return rows
+            return [tuple(row) for row in cursor.fetchall()]
 
     def routing_context(self, *, session_id: str, exclude_run_id: str) -> RoutingContext:
-        rows = self._recent_runs(session_id, exclude_run_id)
+        rows = self._recent_runs(session_id, exclude_run_id, remember=True)
         return RoutingContext(rows[0][0], rows[0][1]) if rows else RoutingContext()
 
     def latest_published_diagnosis(self, *, session_id: str, exclude_run_id: str) -> Mapping[str, Any] | None:
-        rows = self._recent_runs(session_id, exclude_run_id)
-        self._recent.pop((session_id, exclude_run_id), None)
+        rows = self._recent_runs(session_id, exclude_run_id, remember=False)
         published = next(
             (r[3] for r in rows if r[0] == Intent.DIAGNOSIS and r[2] == Outcome.SUCCESS and r[3] is not None), None
         )
@@ -198,15 +207,17 @@ def _db_value(value: Any) -> Any:
     return value
 
 
-def insert_rows(rows: Sequence[Row]) -> None:
-    """Insert rows of several tables, one multi-row statement per table, skipping duplicates
-    (so writing the same rows twice is harmless). Plain SQL: the ORM's bulk_create spends
-    more time preparing a run's few dozen rows than the database spends storing them."""
+def insert_rows(rows: Sequence[Row], *, skip_duplicates: bool = False) -> None:
+    """Insert rows of several tables, one multi-row statement per table. Plain SQL: the ORM's
+    bulk_create spends more time preparing a run's few dozen rows than the database spends
+    storing them. ``skip_duplicates`` ignores rows that break a unique constraint (for rows
+    that may be written twice); it is off by default because on MySQL it also hides other
+    errors (foreign keys, truncation) as mere warnings."""
     by_model: dict[type[Any], list[dict[str, Any]]] = defaultdict(list)
     for model, values in rows:
         by_model[model].append(values)
     quote = connection.ops.quote_name
-    insert = connection.ops.insert_statement(on_conflict=OnConflict.IGNORE)
+    insert = connection.ops.insert_statement(on_conflict=OnConflict.IGNORE if skip_duplicates else None)
     with connection.cursor() as cursor:
         for model, batch in by_model.items():
             columns = list(batch[0])
@@ -245,8 +256,8 @@ def fast_insert(obj: Any) -> None:
 class DjangoAuditSinks:
     """Step, tool, timeline and reasoning records as rows, written in bulk.
 
-    Records are buffered per run and written together by ``flush`` (one transaction, one
-    INSERT per table) when the run ends, or sooner once a run has buffered ``FLUSH_AT``.
+    Records are buffered per run and written together by ``flush`` (one INSERT per table,
+    no transaction) when the run ends, or sooner once a run has buffered ``FLUSH_AT``.
     The harness calls the record methods fail-open; ``flush`` is fail-open too.
     """
 
@@ -328,15 +339,17 @@ class DjangoAuditSinks:
         )
 
     def flush(self, run_id: str, *, also: Sequence[Row] = ()) -> None:
-        """Write the run's buffered rows in one transaction (with ``also``'s rows, if given)."""
+        """Write the run's buffered rows, and ``also``'s rows, which may already exist (the
+        run's archived events). No transaction: each table's rows go in one statement, and a
+        partial audit trail is better than BEGIN/COMMIT round trips on every run."""
         with self._lock:
             rows = self._pending.pop(run_id, [])
-        rows.extend(also)
-        if not rows:
+        if not rows and not also:
             return
         try:
-            # No transaction: each table's rows go in one statement, and a partial write of an
-            # audit trail is better than the extra round trips of BEGIN/COMMIT per run.
-            insert_rows(rows)
+            if rows:
+                insert_rows(rows)
+            if also:
+                insert_rows(also, skip_duplicates=True)
         except Exception as exc:  # noqa: BLE001 - audit is fail-open
             logger.warning("audit flush failed for run %s: %s", run_id, type(exc).__name__)
