@@ -8,6 +8,7 @@ from storage first: the run's Redis list while it is live, its archived rows aft
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import uuid
@@ -109,7 +110,7 @@ class RunEventStorage(StorageBase):  # type: ignore[misc]
 
 
 def events_key(run_id: uuid.UUID | str) -> str:
-    return f"sba:ev:{run_id}"
+    return f"sba:ev:{{{run_id}}}"
 
 
 def _ttl_s() -> int:
@@ -165,7 +166,27 @@ PUBSUB_CHANNEL = "events_channel"
 
 
 def owner_key(run_id: uuid.UUID | str) -> str:
-    return f"sba:owner:{run_id}"
+    return f"sba:owner:{{{run_id}}}"  # {run} is a hash tag: a run's keys share a cluster slot
+
+
+# Store, number and publish in one round trip: RPUSH gives the ids, and each message is its
+# prefix (the event without its id) completed with the id. Atomic, like every Redis script.
+_EMIT = """
+local count = tonumber(ARGV[4])
+local length = redis.call('RPUSH', KEYS[1], unpack(ARGV, 5, 4 + count))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[1]) end
+local first = length - count + 1
+for i = 1, count do
+  redis.call('PUBLISH', ARGV[3], ARGV[4 + count + i] .. tostring(first + i - 1) .. '"}')
+end
+return length
+"""
+
+
+@functools.cache
+def _emit_script() -> Any:
+    return client().register_script(_EMIT)
 
 
 def emit_many(
@@ -175,23 +196,26 @@ def emit_many(
 
     This is django-eventstream's ``send_event`` (storage first, then the Redis message its
     listeners expect), batched: a run's last events (``content``, ``done``) go out together.
+    ``owner_id`` is stored beside them, so the stream can check who may read it without the
+    database.
     """
     channel = channel_for(run_id)
-    key = events_key(run_id)
-    encoded = [(event_type, json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False)) for event_type, data in events]
-    redis = client()
-    length = int(redis.rpush(key, *(orjson.dumps({"t": t, "d": d}) for t, d in encoded)))
-    first = length - len(encoded) + 1
-    pipe = redis.pipeline(transaction=False)
-    pipe.expire(key, _ttl_s())
-    if owner_id is not None:
-        # Lets the stream check who may read it without a database query.
-        pipe.set(owner_key(run_id), owner_id, ex=_ttl_s())
-    for offset, (event_type, data) in enumerate(encoded):
-        message = {"channel": channel, "event_type": event_type, "data": data, "pub_id": str(first + offset)}
-        pipe.publish(PUBSUB_CHANNEL, orjson.dumps(message))
-    pipe.execute()
-    return list(range(first, length + 1))
+    items: list[bytes] = []
+    prefixes: list[bytes] = []
+    for event_type, data in events:
+        text = json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False)
+        items.append(orjson.dumps({"t": event_type, "d": text}))
+        # The listener's message with "pub_id" last, cut open where the id goes.
+        prefixes.append(
+            orjson.dumps({"channel": channel, "event_type": event_type, "data": text})[:-1] + b',"pub_id":"'
+        )
+    length = int(
+        _emit_script()(
+            keys=[events_key(run_id), owner_key(run_id)],
+            args=[_ttl_s(), "" if owner_id is None else owner_id, PUBSUB_CHANNEL, len(items), *items, *prefixes],
+        )
+    )
+    return list(range(length - len(items) + 1, length + 1))
 
 
 def emit(run_id: uuid.UUID | str, event_type: str, data: Mapping[str, Any]) -> None:

@@ -22,7 +22,7 @@ from chat.redis_store import request_cancel
 from harness.application import ChatRequest, RunNotClaimed
 from harness.context import CancelReason
 from traces.models import ACTIVE_STATUSES, ChatSession, Feedback, Outcome, Run, RunStatus
-from traces.stores import Row, fast_insert
+from traces.stores import Row, fast_insert, load_run_for_execution
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ def run_execute(*, run_id: str) -> None:
     """The body of the Celery task: run a queued run once. Anything else does nothing."""
     from chat.wiring import application, audit_sinks
 
-    run = Run.objects.filter(id=run_id).only("id", "status", "question", "owner_id", "session_id", "started_at").first()
+    run = load_run_for_execution(run_id)
     if run is None:  # a message for a run that is gone (deleted, or a database restored)
         return
     if run.status == RunStatus.RUNNING:

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -63,6 +63,37 @@ def _json(value: Any) -> str | None:
 
 def _run_table() -> str:
     return connection.ops.quote_name(Run._meta.db_table)
+
+
+def _read_when(value: Any) -> datetime | None:
+    """A datetime column as read by the driver (SQLite: text; MySQL: naive UTC) → aware UTC."""
+    if value is None:
+        return None
+    when = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def load_run_for_execution(run_id: str) -> Run | None:
+    """The fields a worker needs to start a run, in one light query (a Run, not saved)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT status, question, owner_id, session_id, started_at FROM {_run_table()} WHERE id = %s",  # noqa: S608
+            [_uuid(run_id)],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    started_at = _read_when(row[4])
+    run = Run(
+        id=uuid.UUID(run_id),
+        status=row[0],
+        question=row[1],
+        owner_id=row[2],
+        session_id=uuid.UUID(str(row[3])),
+        started_at=started_at,
+    )
+    run._state.adding = False
+    return run
 
 
 class DjangoRunStore:
