@@ -1,1 +1,105 @@
-"""Documents, chunks, runbooks and logs arrive here with the evidence backends."""
+"""The evidence the agent can reach: documents and their chunks, runbooks, and logs."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class DocumentStatus(models.TextChoices):
+    PENDING = "pending"
+    INDEXED = "indexed"
+    FAILED = "failed"
+
+
+class Document(models.Model):
+    """An uploaded document. Its extracted text is kept, so the index can be rebuilt."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="documents"
+    )
+    title = models.CharField(max_length=300)
+    filename = models.CharField(max_length=255)
+    content_type = models.CharField(max_length=100)
+    size_bytes = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=64, db_index=True)
+    text = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=DocumentStatus.choices, default=DocumentStatus.PENDING)
+    failure_reason = models.CharField(max_length=300, blank=True)
+    chunk_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    indexed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Chunk(models.Model):
+    """A section of a document: what retrieval finds and the agent cites."""
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    ordinal = models.PositiveIntegerField()
+    title = models.CharField(max_length=300)
+    heading_path = models.CharField(max_length=500, blank=True)
+    text = models.TextField()
+    char_count = models.PositiveIntegerField()
+    token_count = models.PositiveIntegerField()
+    #: float32 vector bytes from the configured embedder (empty when lexical only)
+    embedding = models.BinaryField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("document", "ordinal")
+        constraints = [models.UniqueConstraint(fields=("document", "ordinal"), name="chunk_document_ordinal")]
+
+    @property
+    def chunk_id(self) -> str:
+        return f"{self.document_id}#{self.ordinal}"
+
+
+class Runbook(models.Model):
+    """A Markdown runbook: workflow, required evidence, stop conditions, report rules."""
+
+    slug = models.SlugField(max_length=100, unique=True)
+    title = models.CharField(max_length=200)
+    body = models.TextField()
+    enabled = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("slug",)
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class LogLevel(models.IntegerChoices):
+    DEBUG = 0
+    INFO = 1
+    WARN = 2
+    ERROR = 3
+    FATAL = 4
+
+
+class LogEntry(models.Model):
+    """One application log line."""
+
+    ts = models.DateTimeField()
+    service = models.CharField(max_length=100)
+    level = models.PositiveSmallIntegerField(choices=LogLevel.choices)
+    message = models.TextField()
+    attributes = models.JSONField(default=dict, blank=True)
+    source = models.CharField(max_length=200, blank=True, help_text="the file it was ingested from")
+
+    class Meta:
+        ordering = ("-ts",)
+        indexes = [
+            models.Index(fields=("ts",), name="log_ts"),
+            models.Index(fields=("service", "ts"), name="log_service_ts"),
+            models.Index(fields=("level", "ts"), name="log_level_ts"),
+        ]
