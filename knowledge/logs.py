@@ -1,0 +1,922 @@
+"""Application logs: parsing log files, storing their lines, and the ``query_logs`` backend.
+
+Three parts, each usable on its own:
+
+- **Parsing** (:func:`parse_line`, :func:`parse_file`). JSON lines with the usual field names, and
+  the common plain-text formats: ISO-8601 first (``2026-11-30T10:02:00Z ERROR payment-service …``,
+  ``2026-11-30 10:02:00,123 [payment-service] ERROR …``), Monolog (``[2026-11-30 10:02:00]
+  payment-service.ERROR: …``), syslog (RFC 3164 ``Nov 30 10:02:00 host service[123]: …`` and RFC
+  5424) and logfmt (``ts=… level=… service=… msg="…"``). Levels are normalised to
+  DEBUG/INFO/WARN/ERROR/FATAL and timestamps to aware UTC. A line that cannot be parsed is a
+  :class:`LineError`, never an exception.
+- **Ingestion** (:func:`ingest`, and ``manage.py ingest_logs``): bulk inserts of
+  :class:`~knowledge.models.LogEntry` rows in batches, with a progress bar.
+- **Querying** (:class:`DatabaseLogSource`): the :class:`~harness.ports.LogSource` the agent's
+  ``query_logs`` tool reads, with the semantics of :class:`harness.testing.InMemoryLogs`, and
+  message templates mined with drain3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import logging
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+from django.db import close_old_connections, connection
+from django.db.models import Case, Count, IntegerField, Max, Min, Q, QuerySet, Value, When
+from drain3 import TemplateMiner  # type: ignore[import-untyped]
+from drain3.template_miner_config import TemplateMinerConfig  # type: ignore[import-untyped]
+from tqdm import tqdm  # type: ignore[import-untyped]
+
+from harness.ports import LogLine, LogQuery, LogResult, LogTemplate
+from harness.text import log_template
+from knowledge.models import LogEntry
+
+logger = logging.getLogger(__name__)
+# drain3 announces every new miner at INFO; a fresh miner per query would flood the service log.
+logging.getLogger("drain3.template_miner").setLevel(logging.WARNING)
+
+__all__ = [
+    "LEVELS",
+    "UNKNOWN_SERVICE",
+    "DatabaseLogSource",
+    "IngestReport",
+    "LineError",
+    "ParsedLine",
+    "format_report",
+    "ingest",
+    "normalise_level",
+    "parse_file",
+    "parse_line",
+]
+
+#: The stored levels, indexed by their :class:`~knowledge.models.LogLevel` value.
+LEVELS = ("DEBUG", "INFO", "WARN", "ERROR", "FATAL")
+_RANK = {name: rank for rank, name in enumerate(LEVELS)}
+#: The service of a line that names none, when the caller gives no default.
+UNKNOWN_SERVICE = "unknown"
+
+#: Lines longer than this (in bytes in a file, characters for :func:`parse_line`) are refused.
+MAX_LINE_BYTES = 256 * 1024
+#: Longer messages are cut to this many characters (the original length is kept in attributes).
+MAX_MESSAGE_CHARS = 16 * 1024
+_SERVICE_CHARS = LogEntry._meta.get_field("service").max_length or 100
+_SOURCE_CHARS = LogEntry._meta.get_field("source").max_length or 200
+_MIN_TS = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_TS = datetime(2999, 12, 31, 23, 59, 59, tzinfo=UTC)
+
+_LEVEL_WORDS = {
+    **dict.fromkeys(("debug", "dbg", "trace", "verbose", "fine", "finer", "finest"), "DEBUG"),
+    **dict.fromkeys(("info", "information", "informational", "notice"), "INFO"),
+    **dict.fromkeys(("warn", "warning"), "WARN"),
+    **dict.fromkeys(("error", "err", "severe"), "ERROR"),
+    **dict.fromkeys(("fatal", "critical", "crit", "panic", "alert", "emerg", "emergency"), "FATAL"),
+}
+# syslog severities 0–7 (the PRI value modulo 8)
+_SYSLOG_SEVERITY = ("FATAL", "FATAL", "FATAL", "ERROR", "WARN", "INFO", "INFO", "DEBUG")
+
+
+def normalise_level(value: object) -> str | None:
+    """``DEBUG``/``INFO``/``WARN``/``ERROR``/``FATAL`` for a level word or number, else ``None``.
+
+    Words are matched case-insensitively (``warning`` → WARN, ``err`` → ERROR, ``critical``,
+    ``crit``, ``panic``, ``alert``, ``emerg`` → FATAL, ``trace`` → DEBUG, ``notice`` → INFO);
+    numbers follow the pino/bunyan scale (10 trace … 60 fatal).
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        word = value.strip().strip("[]<>():").lower()
+        if word.isdigit() and len(word) <= 3:
+            return normalise_level(int(word))
+        return _LEVEL_WORDS.get(word)
+    if isinstance(value, int | float) and math.isfinite(value) and 10 <= value <= 60:
+        return LEVELS[max(int(value) // 10 - 2, 0)]
+    return None
+
+
+# --- parsing -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedLine:
+    """One log entry as parsed: aware-UTC time, service, normalised level, message, the rest."""
+
+    ts: datetime
+    service: str
+    level: str
+    message: str
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    #: the line's number in its file (1-based; 0 from :func:`parse_line`)
+    line_number: int = 0
+    #: following lines folded into this entry (a stack trace), kept as ``attributes["continuation"]``
+    continued: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LineError:
+    """A line that could not be parsed: where it is, why, and its beginning."""
+
+    line_number: int
+    reason: str
+    excerpt: str = ""
+    source: str = ""
+
+
+class _Unparsable(ValueError):
+    """Raised inside the parsers with the reason a line is refused."""
+
+
+def parse_line(text: str, *, default_service: str = UNKNOWN_SERVICE, now: datetime | None = None) -> ParsedLine | None:
+    """Parse one log line, or ``None`` when it is blank or in no format this module knows.
+
+    ``default_service`` is the service of a line that names none; ``now`` (default: the current
+    time) supplies the year of syslog timestamps, which have none. Never raises.
+    """
+    result = _parse(text, default_service=default_service, now=now)
+    return result if isinstance(result, ParsedLine) else None
+
+
+def parse_file(
+    path: str | Path, *, default_service: str = UNKNOWN_SERVICE, now: datetime | None = None
+) -> Iterator[ParsedLine | LineError]:
+    """The entries of a log file (``.gz`` is decompressed), and a :class:`LineError` per bad line.
+
+    Blank lines are skipped. Lines that continue the previous entry (indented lines, ``Caused
+    by:``, ``Traceback …``, ``… 12 more``, exception class lines) are folded into it.
+    """
+    with _open(path) as stream:
+        yield from _parse_stream(stream, default_service=default_service, now=now, source=str(path))
+
+
+def _parse(text: str, *, default_service: str, now: datetime | None) -> ParsedLine | str:
+    """A parsed line, or the reason it could not be parsed."""
+    try:
+        if len(text) > MAX_LINE_BYTES:
+            return f"line is longer than {MAX_LINE_BYTES} characters"
+        line = text.strip().lstrip("\ufeff")
+        if not line:
+            return "blank line"
+        if _looks_binary(line):
+            return "binary data"
+        return _parse_text(line, default_service or UNKNOWN_SERVICE, now or datetime.now(UTC))
+    except _Unparsable as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - one bad line must never stop an ingest
+        return f"unexpected {type(exc).__name__}"
+
+
+_BAD_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\ufffd]")
+
+
+def _looks_binary(line: str) -> bool:
+    if line.isprintable():
+        return False
+    if "\x00" in line:
+        return True
+    bad = len(_BAD_CHARS.findall(line))
+    return bad > 3 and bad > len(line) * 0.1
+
+
+def _parse_text(line: str, default_service: str, now: datetime) -> ParsedLine:
+    if line.startswith("{"):
+        return _from_json(line, default_service)
+    for parser in (_from_monolog, _from_rfc5424, _from_syslog):
+        parsed = parser(line, default_service, now)
+        if parsed is not None:
+            return parsed
+    parsed = _from_iso(line, default_service)
+    if parsed is not None:
+        return parsed
+    fields = _logfmt(line)
+    if fields is not None:
+        return _from_fields(fields, default_service)
+    raise _Unparsable("unrecognised format")
+
+
+# JSON and logfmt share the field names.
+_TS_KEYS = ("timestamp", "@timestamp", "ts", "time", "datetime")
+_SERVICE_KEYS = ("service", "service.name", "app", "application", "logger", "logger_name")
+_LEVEL_KEYS = ("level", "severity", "lvl", "log.level", "levelname", "loglevel")
+_MESSAGE_KEYS = ("message", "msg", "log", "event")
+
+
+# NaN/Infinity are kept as strings: they are not JSON, and MariaDB refuses them.
+_JSON = json.JSONDecoder(parse_constant=str)
+
+
+def _from_json(line: str, default_service: str) -> ParsedLine:
+    try:
+        value = _JSON.decode(line)
+    except json.JSONDecodeError as exc:
+        raise _Unparsable(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise _Unparsable("invalid JSON: nested too deeply") from None
+    if not isinstance(value, dict):
+        raise _Unparsable("JSON line is not an object")
+    # Lone surrogates and NUL characters (which the database refuses) can only come from escapes.
+    return _from_fields(_clean(value) if "\\u" in line else value, default_service)
+
+
+def _from_fields(fields: dict[str, Any], default_service: str) -> ParsedLine:
+    """An entry from named fields (JSON or logfmt); every unused field goes to attributes."""
+    rest = dict(fields)
+    raw_ts = _take(rest, _TS_KEYS, lambda v: isinstance(v, str | int | float) and not isinstance(v, bool))
+    if raw_ts is None:
+        raise _Unparsable("no timestamp field")
+    ts = _timestamp(raw_ts)
+    message = _take(rest, _MESSAGE_KEYS, lambda v: v is not None and not isinstance(v, bool | dict | list), str)
+    if message is None:
+        message_object = _take(rest, ("message", "msg"), lambda v: isinstance(v, dict | list))
+        if message_object is None:
+            raise _Unparsable("no message field")
+        message = json.dumps(message_object, ensure_ascii=False, sort_keys=True)
+    service = _take(rest, _SERVICE_KEYS, lambda v: isinstance(v, str | int) and str(v).strip() != "", str)
+    raw_level = _take(rest, _LEVEL_KEYS, lambda v: isinstance(v, str | int | float) and not isinstance(v, bool))
+    level = normalise_level(raw_level) if raw_level is not None else "INFO"
+    if level is None:
+        level = "INFO"
+        rest["raw_level"] = raw_level
+    return _entry(ts, service or default_service, level, str(message), rest)
+
+
+def _take(
+    fields: dict[str, Any],
+    keys: Sequence[str],
+    accept: Callable[[Any], bool],
+    convert: Callable[[Any], Any] = lambda v: v,
+) -> Any:
+    """Remove and return the first acceptable value among ``keys``; ``a.b`` is also ``{"a": {"b"}}``."""
+    for key in keys:
+        if key in fields and accept(fields[key]):
+            return convert(fields.pop(key))
+        if "." not in key:
+            continue
+        head, _, tail = key.partition(".")
+        parent = fields.get(head)
+        if isinstance(parent, dict) and tail in parent and accept(parent[tail]):
+            remaining = {k: v for k, v in parent.items() if k != tail}
+            if remaining:
+                fields[head] = remaining
+            else:
+                del fields[head]
+            return convert(parent[tail])
+    return None
+
+
+def _clean(value: Any) -> Any:
+    """The value with strings made storable: no lone surrogates, no NUL characters."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            value = value.replace("\x00", "\ufffd")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            value = value.encode("utf-8", "replace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_clean(str(k)): _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _entry(ts: datetime, service: str, level: str, message: str, attributes: dict[str, Any]) -> ParsedLine:
+    message = message.strip()
+    if not message:
+        raise _Unparsable("empty message")
+    if len(message) > MAX_MESSAGE_CHARS:
+        attributes["message_chars"] = len(message)
+        message = message[:MAX_MESSAGE_CHARS]
+    return ParsedLine(ts, service.strip()[:_SERVICE_CHARS] or UNKNOWN_SERVICE, level, message, attributes)
+
+
+# timestamps
+
+
+def _aware(ts: datetime) -> datetime:
+    try:
+        ts = ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+    except OverflowError:
+        raise _Unparsable("timestamp out of range") from None
+    if not _MIN_TS <= ts <= _MAX_TS:
+        raise _Unparsable("timestamp out of range")
+    return ts
+
+
+_EPOCH = re.compile(r"\d{9,19}(?:\.\d+)?")
+
+
+def _timestamp(value: Any) -> datetime:
+    """An aware UTC time from an ISO-8601 string, an RFC 2822 or CLF date, or epoch seconds/ms/µs/ns."""
+    if isinstance(value, int | float):
+        return _epoch(float(value))
+    text = str(value).strip()
+    if _EPOCH.fullmatch(text):
+        return _epoch(float(text))
+    with contextlib.suppress(ValueError):
+        return _aware(datetime.fromisoformat(text))
+    iso = re.sub(r"\s*(?:UTC|GMT)$", "+00:00", text.upper())
+    iso = re.sub(r"(\d)\s+([+-]\d{2}:?\d{2})$", r"\1\2", iso)
+    with contextlib.suppress(ValueError):
+        return _aware(datetime.fromisoformat(iso))
+    with contextlib.suppress(ValueError):
+        return _aware(datetime.strptime(text, "%d/%b/%Y:%H:%M:%S %z"))  # common log format
+    if re.match(r"(?:[A-Z][a-z]{2}, )?\d{1,2} [A-Z][a-z]{2} \d{4} ", text):
+        with contextlib.suppress(ValueError, TypeError, IndexError):
+            return _aware(parsedate_to_datetime(text))
+    raise _Unparsable(f"unrecognised timestamp {text[:40]!r}")
+
+
+def _epoch(value: float) -> datetime:
+    if not math.isfinite(value) or value < 0:
+        raise _Unparsable("timestamp out of range")
+    for scale in (1e9, 1e6, 1e3):  # nanoseconds, microseconds, milliseconds
+        if value >= 1e11 * scale / 1e3:
+            value /= scale
+            break
+    try:
+        return _aware(datetime.fromtimestamp(value, UTC))
+    except (OverflowError, OSError, ValueError):
+        raise _Unparsable("timestamp out of range") from None
+
+
+# plain-text formats
+
+_ISO = r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:[Zz]|[+-]\d{2}(?::?\d{2})?| ?UTC)?"
+_ISO_LINE = re.compile(rf"^\[?(?P<ts>{_ISO})\]?\s+(?P<rest>.+)$", re.S)
+_MONOLOG = re.compile(
+    r"^\[(?P<ts>[^\]]{10,40})\]\s+(?P<service>[^\s\[\]]+?)\.(?P<level>[A-Za-z]+):\s?(?P<msg>.*)$", re.S
+)
+_MONOLOG_TAIL = re.compile(r"^(?P<msg>.*?)\s+(?P<context>\{.*\}|\[.*\])\s+(?P<extra>\{.*\}|\[.*\])\s*$", re.S)
+_MONTHS = {
+    m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)
+}
+_SYSLOG = re.compile(
+    r"^(?:<(?P<pri>\d{1,3})>)?(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<time>\d{2}:\d{2}:\d{2})(?P<frac>\.\d{1,6})?"
+    r" (?P<host>\S+) (?P<tag>[^\s\[:]+)(?:\[(?P<pid>[^\]\s]+)\])?: ?(?P<rest>.*)$",
+    re.S,
+)
+_RFC5424 = re.compile(
+    r"^<(?P<pri>\d{1,3})>1 (?P<ts>\S+) (?P<host>\S+) (?P<tag>\S+) (?P<pid>\S+) (?P<msgid>\S+)"
+    r" (?P<sd>-|(?:\[(?:[^\]\\]|\\.)*\])+) ?(?P<rest>.*)$",
+    re.S,
+)
+_ISO_SYSLOG_TAIL = re.compile(r"^(?P<host>[\w.\-]+) (?P<tag>[\w.\-/]+)\[(?P<pid>\d+)\]: ?(?P<rest>.*)$", re.S)
+_LEVEL_PART = r"(?P<tok>[\[<(]?(?P<lvl>[A-Za-z]{3,13})[\]>)]?:?)"
+_LEVEL_FIRST = re.compile(rf"^{_LEVEL_PART}(?:\s+(?P<after>.*))?$", re.S)
+_BRACKET_SERVICE_FIRST = re.compile(rf"^\[(?P<svc>[^\]\s]{{1,200}})\]:?\s+{_LEVEL_PART}\s+(?P<msg>.*)$", re.S)
+_SERVICE_FIRST = re.compile(rf"^(?P<svc>[a-z0-9][a-z0-9_.\-/@]*):?\s+{_LEVEL_PART}\s+(?P<msg>.*)$", re.S)
+_BRACKET_SERVICE = re.compile(r"^\[(?P<svc>[^\]\s]{1,200})\]:?\s+(?P<msg>.*)$", re.S)
+_COLON_SERVICE = re.compile(r"^(?P<svc>[a-z0-9][a-z0-9_.\-/@]*):\s+(?P<msg>.*)$", re.S)
+#: a bare word is a service only when it reads like one: lower case with a separator
+#: (``payment-service``, ``chat.tasks``), or followed by a capitalised word (``nginx Upstream …``)
+_BARE_SERVICE = re.compile(
+    r"^(?P<svc>[a-z][a-z0-9]*(?:[-_.][a-z0-9]+)+|[a-z][a-z0-9]*(?=\s+[A-Z]))\s+(?P<msg>.*)$", re.S
+)
+
+
+def _from_iso(line: str, default_service: str) -> ParsedLine | None:
+    """``<ISO time> …``: level and service in any of the usual orders, or a syslog tail."""
+    m = _ISO_LINE.match(line)
+    if m is None:
+        return None
+    ts = _timestamp(m["ts"])
+    rest = m["rest"]
+    syslog = _ISO_SYSLOG_TAIL.match(rest)
+    if syslog is not None:
+        return _syslog_entry(ts, syslog, None, default_service)
+    service, level, message = _service_level_message(rest)
+    return _entry(ts, service or default_service, level or "INFO", message, {})
+
+
+def _service_level_message(rest: str) -> tuple[str | None, str | None, str]:
+    """Split what follows the time into service, level and message (either may be absent)."""
+    m = _BRACKET_SERVICE_FIRST.match(rest) or _SERVICE_FIRST.match(rest)
+    if m is not None and (level := _level_of(m)) is not None:
+        return m["svc"], level, m["msg"]
+    m = _LEVEL_FIRST.match(rest)
+    if m is not None and (level := _level_of(m)) is not None:
+        after = m["after"] or ""
+        s = _BRACKET_SERVICE.match(after) or _COLON_SERVICE.match(after) or _BARE_SERVICE.match(after)
+        return (s["svc"], level, s["msg"]) if s is not None else (None, level, after)
+    return None, None, rest
+
+
+def _level_of(m: re.Match[str]) -> str | None:
+    """The level of a matched level token. A capitalised word (``Error connecting …``) begins a
+    message rather than naming a level, unless it is bracketed or followed by a colon."""
+    word = m["lvl"]
+    if word.isupper() or word.islower() or m["tok"] != word:
+        return normalise_level(word)
+    return None
+
+
+def _from_monolog(line: str, default_service: str, _now: datetime) -> ParsedLine | None:
+    m = _MONOLOG.match(line)
+    if m is None:
+        return None
+    try:
+        ts = _timestamp(m["ts"])
+    except _Unparsable:
+        return None
+    level = normalise_level(m["level"])
+    if level is None:  # not Monolog after all: ``[time] some.word: …`` is read as ISO-first
+        return None
+    attributes: dict[str, Any] = {}
+    message = m["msg"]
+    tail = _MONOLOG_TAIL.match(message)
+    if tail is not None:
+        with contextlib.suppress(ValueError, RecursionError):
+            context, extra = json.loads(tail["context"]), json.loads(tail["extra"])
+            message = tail["msg"]
+            attributes.update({k: _clean(v) for k, v in (("context", context), ("extra", extra)) if v})
+    return _entry(ts, m["service"], level, message, attributes)
+
+
+def _from_syslog(line: str, default_service: str, now: datetime) -> ParsedLine | None:
+    """RFC 3164: the time has no year and no zone, so the current year (or the previous one,
+    for a date that would lie in the future) and UTC are assumed."""
+    m = _SYSLOG.match(line)
+    if m is None or m["mon"] not in _MONTHS:
+        return None
+    hour, minute, second = (int(x) for x in m["time"].split(":"))
+    micro = int(float(m["frac"]) * 1_000_000) if m["frac"] else 0
+    try:
+        ts = datetime(now.year, _MONTHS[m["mon"]], int(m["day"]), hour, minute, second, micro, tzinfo=UTC)
+        if ts > now + timedelta(days=1):
+            ts = ts.replace(year=now.year - 1)
+    except ValueError:
+        raise _Unparsable("invalid syslog date") from None
+    return _syslog_entry(ts, m, m["pri"], default_service)
+
+
+def _from_rfc5424(line: str, default_service: str, _now: datetime) -> ParsedLine | None:
+    m = _RFC5424.match(line)
+    if m is None:
+        return None
+    if m["ts"] == "-":
+        raise _Unparsable("syslog line without a timestamp")
+    entry = _syslog_entry(_timestamp(m["ts"]), m, m["pri"], default_service)
+    extra = {k: m[k] for k in ("msgid", "sd") if m[k] != "-"}
+    return replace(entry, attributes={**entry.attributes, **extra}) if extra else entry
+
+
+def _syslog_entry(ts: datetime, m: re.Match[str], pri: str | None, default_service: str) -> ParsedLine:
+    attributes = {k: m[k] for k in ("host", "pid") if m[k] and m[k] != "-"}
+    rest = m["rest"].lstrip("\ufeff")
+    level = None
+    lm = _LEVEL_FIRST.match(rest)
+    if lm is not None and (level := _level_of(lm)) is not None:
+        rest = lm["after"] or ""
+    elif pri is not None and int(pri) <= 191:
+        level = _SYSLOG_SEVERITY[int(pri) % 8]
+    tag = m["tag"] if m["tag"] != "-" else default_service
+    return _entry(ts, tag, level or "INFO", rest, attributes)
+
+
+_LOGFMT_PAIR = re.compile(r'\s*(?P<key>[A-Za-z_@][\w.@/\-]*)=(?P<value>"(?:[^"\\]|\\.)*"|[^\s"]*)')
+
+
+def _logfmt(line: str) -> dict[str, Any] | None:
+    """The fields of a logfmt line, or ``None`` if the line is not made of ``key=value`` pairs."""
+    fields: dict[str, Any] = {}
+    position = 0
+    while position < len(line):
+        m = _LOGFMT_PAIR.match(line, position)
+        if m is None:
+            if line[position:].strip():
+                return None
+            break
+        value = m["value"]
+        if value.startswith('"'):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                value = value[1:-1]
+        fields[m["key"]] = _clean(value) if "\\u" in m["value"] else value
+        position = m.end()
+    return fields if len(fields) >= 2 else None
+
+
+# files
+
+_CONTINUATION = re.compile(
+    r"^(?:[ \t]+\S|Caused by:|Traceback \(most recent call last\)|\.\.\. \d+ more"
+    r"|(?:[a-zA-Z_$][\w$]*\.)*[A-Z][\w$]*(?:Error|Exception|Exit|Interrupt|Warning)\b(?::|$))"
+)
+
+
+def _open(path: str | Path) -> io.BufferedIOBase:
+    path = Path(path)
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    return path.open("rb")
+
+
+class _Readable(Protocol):
+    def readline(self, limit: int = -1, /) -> bytes: ...
+
+
+def _raw_lines(stream: _Readable) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes without the line ending), or ``None`` for a line too long to read."""
+    number = 0
+    while raw := stream.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            while (more := stream.readline(1 << 16)) and not more.endswith(b"\n"):
+                pass
+            yield number, None
+            continue
+        yield number, raw.rstrip(b"\r\n")
+
+
+def _parse_stream(
+    stream: _Readable, *, default_service: str, now: datetime | None, source: str = ""
+) -> Iterator[ParsedLine | LineError]:
+    now = now or datetime.now(UTC)
+    pending: ParsedLine | None = None
+    folded: list[str] = []
+
+    def flush() -> ParsedLine | None:
+        if pending is None or not folded:
+            return pending
+        text = "\n".join(folded)[:MAX_MESSAGE_CHARS]
+        return replace(pending, attributes={**pending.attributes, "continuation": text}, continued=len(folded))
+
+    for number, raw in _raw_lines(stream):
+        result: ParsedLine | str
+        if raw is None:
+            text, result = "", f"line is longer than {MAX_LINE_BYTES} bytes"
+        else:
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            text = raw.decode("utf-8", errors="replace")
+            if not text.strip():
+                continue
+            if pending is not None and _CONTINUATION.match(text) and not _looks_binary(text):
+                folded.append(text.rstrip())
+                continue
+            parsed = _parse(text, default_service=default_service, now=now)
+            result = parsed
+            if isinstance(parsed, ParsedLine):
+                result = ParsedLine(parsed.ts, parsed.service, parsed.level, parsed.message, parsed.attributes, number)
+        if (done := flush()) is not None:
+            yield done
+        pending, folded = None, []
+        if isinstance(result, ParsedLine):
+            pending = result
+        else:
+            yield LineError(number, result, _excerpt(text), source)
+    if (done := flush()) is not None:
+        yield done
+
+
+def _excerpt(text: str, limit: int = 120) -> str:
+    text = "".join(ch if ch.isprintable() else "\ufffd" for ch in text[: limit + 1].strip())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- ingestion -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IngestReport:
+    """What an ingest did. ``read`` counts non-blank lines: ``stored + failed + continuation``."""
+
+    read: int
+    stored: int
+    failed: int
+    #: the first unparsable lines (at most 20)
+    errors: tuple[LineError, ...]
+    #: lines folded into the entry before them (stack traces)
+    continuation: int = 0
+    files: tuple[str, ...] = ()
+
+
+MAX_REPORTED_ERRORS = 20
+#: a batch is also written once the lines it came from reach this size (MySQL's packet limit)
+_MAX_BATCH_BYTES = 4_000_000
+
+
+class _ProgressReader:
+    """A binary stream whose ``readline`` counts the bytes read and advances a progress bar."""
+
+    def __init__(self, stream: _Readable, bar: Any) -> None:
+        self._stream = stream
+        self._bar = bar
+        self.bytes_read = 0
+
+    def readline(self, limit: int = -1, /) -> bytes:
+        data = self._stream.readline(limit)
+        self.bytes_read += len(data)
+        self._bar.update(len(data))
+        return data
+
+
+def ingest(
+    paths: Iterable[str | Path],
+    *,
+    default_service: str,
+    batch: int = 2000,
+    progress: bool = True,
+    replace_existing: bool = False,
+) -> IngestReport:
+    """Parse the files and store their entries as :class:`~knowledge.models.LogEntry` rows.
+
+    Rows are bulk-created ``batch`` at a time (each batch commits on its own, so an interrupted
+    ingest keeps what it stored). ``replace_existing`` first deletes the rows an earlier ingest
+    stored from the same file, so a file can be ingested again without duplicates. Raises
+    :class:`FileNotFoundError` before writing anything if a path is not a file.
+    """
+    files = [Path(p) for p in paths]
+    for path in files:
+        if not path.is_file():
+            raise FileNotFoundError(f"not a file: {path}")
+    batch = max(1, batch)
+    read = stored = failed = continuation = 0
+    errors: list[LineError] = []
+    now = datetime.now(UTC)
+    for path in files:
+        source = _source(path)
+        if replace_existing:
+            LogEntry.objects.filter(source=source).delete()
+        rows: list[LogEntry] = []
+        written_at = 0
+        total = path.stat().st_size if path.suffix != ".gz" else None
+        with (
+            _open(path) as stream,
+            tqdm(total=total, unit="B", unit_scale=True, desc=path.name, disable=not progress, leave=False) as bar,
+        ):
+            reader = _ProgressReader(stream, bar)
+            for item in _parse_stream(reader, default_service=default_service, now=now, source=str(path)):
+                if isinstance(item, LineError):
+                    read += 1
+                    failed += 1
+                    if len(errors) < MAX_REPORTED_ERRORS:
+                        errors.append(item)
+                    continue
+                read += 1 + item.continued
+                continuation += item.continued
+                rows.append(
+                    LogEntry(
+                        ts=item.ts,
+                        service=item.service,
+                        level=_RANK[item.level],
+                        message=item.message,
+                        attributes=dict(item.attributes),
+                        source=source,
+                    )
+                )
+                if len(rows) >= batch or reader.bytes_read - written_at >= _MAX_BATCH_BYTES:
+                    stored += _store(rows, batch)
+                    rows, written_at = [], reader.bytes_read
+        stored += _store(rows, batch)
+    return IngestReport(read, stored, failed, tuple(errors), continuation, tuple(str(p) for p in files))
+
+
+def _store(rows: list[LogEntry], batch: int) -> int:
+    if rows:
+        LogEntry.objects.bulk_create(rows, batch_size=batch)
+    return len(rows)
+
+
+def _source(path: Path) -> str:
+    """The path as recorded on the rows: its last 200 characters if it is longer."""
+    text = str(path)
+    return text if len(text) <= _SOURCE_CHARS else text[-_SOURCE_CHARS:]
+
+
+def format_report(report: IngestReport) -> str:
+    """The report as the ``ingest_logs`` command prints it, with the first unparsable lines."""
+    files = len(report.files)
+    lines = [
+        f"Read {report.read:,} line{'s' * (report.read != 1)} from {files} file{'s' * (files != 1)}: "
+        f"{report.stored:,} stored, {report.failed:,} unparsable"
+        + (f", {report.continuation:,} folded into the entry before them" if report.continuation else "")
+        + "."
+    ]
+    if report.errors:
+        shown = len(report.errors)
+        heading = f"first {shown} of {report.failed:,}" if shown < report.failed else f"{shown}"
+        lines.append(f"Unparsable lines ({heading}):")
+        for error in report.errors:
+            where = f"{error.source}:{error.line_number}" if error.source else f"line {error.line_number}"
+            lines.append(f"  {where}: {error.reason}" + (f"  | {error.excerpt}" if error.excerpt else ""))
+    return "\n".join(lines)
+
+
+# --- querying ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Cluster:
+    """What is known of one mined template: over the mined lines, or refined over all matches."""
+
+    count: int = 0
+    level: int = 0
+    services: set[str] = field(default_factory=set)
+    first: datetime | None = None
+    last: datetime | None = None
+    example: str = ""
+    template: str = ""
+
+    def add(self, ts: datetime, service: str, level: int, message: str) -> None:
+        self.count += 1
+        self.level = max(self.level, level)
+        self.services.add(service)
+        if self.first is None or ts <= self.first:
+            self.first, self.example = ts, message  # the earliest line is the example
+        if self.last is None or ts > self.last:
+            self.last = ts
+
+
+class DatabaseLogSource:
+    """The :class:`~harness.ports.LogSource` over :class:`~knowledge.models.LogEntry`.
+
+    Semantics are those of :class:`harness.testing.InMemoryLogs`: every word of the query must
+    occur in the message (case-insensitively), ``level`` is a minimum, ``start``/``end`` are
+    inclusive, lines come newest first up to ``limit``, ``total`` and the counts by level and
+    service cover every match.
+
+    Templates are mined with drain3 (a fresh in-memory miner per query) from messages whose
+    variable parts (numbers, ids, IPs, uuids, hex, timestamps) were first masked as ``<*>`` by
+    :func:`harness.text.log_template`; each has its count, highest level, services, first and
+    last time, and an actual message as example; the most frequent ``max_templates`` are kept.
+
+    **The mined set is capped** at the newest ``mine_limit`` matches (20 000 by default), to
+    keep the tool fast. When a query matches more, templates are only *discovered* among the
+    newest ``mine_limit`` lines; the count, level, services and time range of each template kept
+    are then measured over all matches in one more query, matching the template's constant parts
+    as substrings (an approximation: a template's text may also occur in other messages).
+    A pattern that appears only in older lines is not found; narrow the query to see it.
+    """
+
+    def __init__(self, *, max_templates: int = 15, mine_limit: int = 20_000, max_mined_chars: int = 2_000) -> None:
+        self.max_templates = max_templates
+        self.mine_limit = mine_limit
+        #: messages are cut to this length before mining (the example is the whole message)
+        self.max_mined_chars = max_mined_chars
+
+    def query(self, query: LogQuery) -> LogResult:
+        with _usable_connection():
+            return self._query(query)
+
+    def matching(self, query: LogQuery) -> QuerySet[LogEntry]:
+        """The entries that match the query's filters, in no particular order."""
+        qs = LogEntry.objects.order_by()
+        if query.service:
+            qs = qs.filter(service=query.service)
+        floor = _RANK.get(normalise_level(query.level) or "DEBUG", 0) if query.level else 0
+        if floor > 0:
+            qs = qs.filter(level__gte=floor)
+        if query.start is not None:
+            qs = qs.filter(ts__gte=_utc(query.start))
+        if query.end is not None:
+            qs = qs.filter(ts__lte=_utc(query.end))
+        for word in dict.fromkeys(query.query.lower().split()):
+            qs = qs.filter(message__icontains=word)
+        return qs
+
+    def _query(self, query: LogQuery) -> LogResult:
+        qs = self.matching(query)
+        by_level: dict[str, int] = {}
+        by_service: dict[str, int] = {}
+        for level, service, n in qs.values_list("level", "service").annotate(n=Count("id")):
+            by_level[_level_name(level)] = by_level.get(_level_name(level), 0) + n
+            by_service[service] = by_service.get(service, 0) + n
+        total = sum(by_level.values())
+        if total == 0:
+            return LogResult(lines=(), total=0)
+        newest = qs.order_by("-ts", "-id").values_list("ts", "service", "level", "message")
+        limit = max(query.limit, 0)
+        lines: list[LogLine] = []
+        if limit > self.mine_limit:
+            lines = [_line(*row) for row in newest[:limit]]
+        clusters, mined = self._mine(newest[: self.mine_limit].iterator(chunk_size=2_000), lines, limit)
+        ranked = sorted(clusters, key=lambda c: (-c.count, c.first or _MIN_TS))
+        if total > mined:
+            logger.info("log templates discovered in the newest %d of %d matching lines", mined, total)
+            ranked = self._refine(qs, ranked[: self.max_templates * 2])
+        templates = tuple(
+            LogTemplate(
+                template=c.template,
+                count=c.count,
+                level=_level_name(c.level),
+                services=tuple(sorted(c.services)),
+                first_ts=_iso(c.first),
+                last_ts=_iso(c.last),
+                example=c.example,
+            )
+            for c in ranked[: self.max_templates]
+        )
+        return LogResult(tuple(lines[:limit]), total, by_level, by_service, templates)
+
+    def _mine(
+        self, rows: Iterator[tuple[datetime, str, int, str]], lines: list[LogLine], limit: int
+    ) -> tuple[list[_Cluster], int]:
+        """Cluster the rows with drain3; the first ``limit`` rows also become ``lines``."""
+        config = TemplateMinerConfig()
+        config.drain_sim_th = 0.5
+        config.parametrize_numeric_tokens = True
+        miner = TemplateMiner(config=config)
+        # Masking is cached per message, and the cluster per masked text: identical masked
+        # texts always land in the same cluster, so drain3 sees each distinct one once.
+        masked: dict[str, str] = {}
+        cluster_of: dict[str, int] = {}
+        clusters: dict[int, _Cluster] = {}
+        mined = 0
+        collect = not lines
+        for ts, service, level, message in rows:
+            if collect and len(lines) < limit:
+                lines.append(_line(ts, service, level, message))
+            mined += 1
+            key = message[: self.max_mined_chars]
+            text = masked.get(key)
+            if text is None:
+                text = masked[key] = log_template(key) or "<*>"
+            cluster_id = cluster_of.get(text)
+            if cluster_id is None:
+                cluster_id = cluster_of[text] = miner.add_log_message(text)["cluster_id"]
+            clusters.setdefault(cluster_id, _Cluster()).add(ts, service, level, message)
+        for cluster_id, found in clusters.items():
+            found.template = miner.drain.id_to_cluster[cluster_id].get_template()
+        return list(clusters.values()), mined
+
+    def _refine(self, qs: QuerySet[LogEntry], ranked: list[_Cluster]) -> list[_Cluster]:
+        """Measure the templates over every match, in one grouped query: each line is counted
+        for the most specific template (the most constant text) whose constant parts it contains."""
+        candidates = [(i, parts) for i, c in enumerate(ranked) if (parts := _constant_parts(c.template))]
+        if not candidates:
+            return ranked
+        candidates.sort(key=lambda item: -sum(len(p) for p in item[1]))
+        which = Case(
+            *(When(Q(*(Q(message__contains=p) for p in parts)), then=Value(i)) for i, parts in candidates),
+            default=Value(-1),
+            output_field=IntegerField(),
+        )
+        grouped = cast(
+            Iterable[dict[str, Any]],
+            qs.annotate(template_index=which)
+            .values("template_index", "service")
+            .annotate(n=Count("id"), first=Min("ts"), last=Max("ts"), top=Max("level")),
+        )
+        measured = {i: _Cluster(template=c.template, example=c.example) for i, c in enumerate(ranked)}
+        for row in grouped:
+            m = measured.get(row["template_index"])
+            if m is not None:
+                m.count += row["n"]
+                m.level = max(m.level, row["top"])
+                m.services.add(row["service"])
+                m.first = row["first"] if m.first is None else min(m.first, row["first"])
+                m.last = row["last"] if m.last is None else max(m.last, row["last"])
+        # Where the substrings found fewer lines than the miner did (whitespace drain3
+        # normalised, say), the approximation failed: keep what was mined.
+        refined = [m if m.count >= c.count else c for c, m in zip(ranked, measured.values(), strict=True)]
+        return sorted(refined, key=lambda c: (-c.count, c.first or _MIN_TS))
+
+
+def _constant_parts(template: str) -> list[str]:
+    """The constant text between a template's masks that is worth matching (3+ characters)."""
+    parts = [p.strip() for p in template.split("<*>")]
+    return [p for p in parts if len(p) >= 3 and any(ch.isalnum() for ch in p)]
+
+
+@contextlib.contextmanager
+def _usable_connection() -> Iterator[None]:
+    """Drop a broken or expired connection before and after the query, as Django does around a
+    request: tools run on long-lived pool threads, where nothing else would."""
+    managed = not connection.in_atomic_block
+    if managed:
+        close_old_connections()
+    try:
+        yield
+    finally:
+        if managed and not connection.in_atomic_block:
+            close_old_connections()
+
+
+def _utc(ts: datetime) -> datetime:
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+
+
+def _iso(ts: datetime | None) -> str:
+    return "" if ts is None else _utc(ts).isoformat().replace("+00:00", "Z")
+
+
+def _level_name(level: int) -> str:
+    return LEVELS[level] if 0 <= level < len(LEVELS) else "INFO"
+
+
+def _line(ts: datetime, service: str, level: int, message: str) -> LogLine:
+    return LogLine(_iso(ts), service, _level_name(level), message)

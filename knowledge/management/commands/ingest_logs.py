@@ -1,0 +1,51 @@
+"""``manage.py ingest_logs PATH... [--service NAME] [--quiet]``: store log files for ``query_logs``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from knowledge.logs import UNKNOWN_SERVICE, format_report, ingest
+
+
+class Command(BaseCommand):
+    help = (
+        "Parse log files (JSON lines, ISO-8601 plain text, Monolog, syslog, logfmt; .gz too) and store "
+        "their lines for the query_logs tool. Prints how many lines were stored and the first ones "
+        "that could not be parsed, with their line numbers."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("paths", nargs="+", metavar="PATH", help="log files to ingest")
+        parser.add_argument(
+            "--service",
+            default=UNKNOWN_SERVICE,
+            help=f"the service of lines that name none (default: {UNKNOWN_SERVICE})",
+        )
+        parser.add_argument("--quiet", action="store_true", help="no progress bar")
+        parser.add_argument("--batch", type=int, default=2000, help="rows per insert (default: 2000)")
+        parser.add_argument(
+            "--replace",
+            action="store_true",
+            help="first delete the lines an earlier ingest stored from the same files",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        paths = [Path(p) for p in options["paths"]]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise CommandError(f"not a file: {', '.join(missing)}")
+        if options["batch"] < 1:
+            raise CommandError("--batch must be at least 1")
+        report = ingest(
+            paths,
+            default_service=options["service"],
+            batch=options["batch"],
+            progress=not options["quiet"],
+            replace_existing=options["replace"],
+        )
+        self.stdout.write(format_report(report))
+        if report.read and not report.stored:
+            raise CommandError("no line could be parsed")

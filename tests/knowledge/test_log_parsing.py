@@ -1,0 +1,450 @@
+"""Parsing log lines and files: every supported format, odd inputs, and never an exception."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from knowledge.logs import (
+    MAX_LINE_BYTES,
+    MAX_MESSAGE_CHARS,
+    LineError,
+    ParsedLine,
+    normalise_level,
+    parse_file,
+    parse_line,
+)
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+T = datetime(2026, 11, 30, 10, 2, tzinfo=UTC)
+
+
+def parsed(text: str, **kwargs: Any) -> ParsedLine:
+    line = parse_line(text, now=NOW, **kwargs)
+    assert line is not None, text
+    return line
+
+
+def fields(line: ParsedLine) -> tuple[datetime, str, str, str, dict[str, Any]]:
+    return line.ts, line.service, line.level, line.message, dict(line.attributes)
+
+
+# --- the formats ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "2026-11-30T10:02:00Z ERROR payment-service Connection is not available",
+            (T, "payment-service", "ERROR", "Connection is not available", {}),
+            id="iso-level-service",
+        ),
+        pytest.param(
+            "2026-11-30 10:02:00,123 [payment-service] ERROR Connection is not available",
+            (T.replace(microsecond=123_000), "payment-service", "ERROR", "Connection is not available", {}),
+            id="iso-comma-millis-bracketed-service",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00.5+01:00 [WARN] payment-service: pool is low",
+            (T - timedelta(hours=1, microseconds=-500_000), "payment-service", "WARN", "pool is low", {}),
+            id="iso-offset-bracketed-level-colon-service",
+        ),
+        pytest.param(
+            "2026-11-30 10:02:00 payment-service ERROR upstream timed out",
+            (T, "payment-service", "ERROR", "upstream timed out", {}),
+            id="iso-service-level",
+        ),
+        pytest.param(
+            "2026-11-30 10:02:00,000 ERROR chat.tasks run failed",
+            (T, "chat.tasks", "ERROR", "run failed", {}),
+            id="python-logging-format",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00Z WARNING disk almost full",
+            (T, "default-svc", "WARN", "disk almost full", {}),
+            id="iso-level-without-service",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00Z something happened",
+            (T, "default-svc", "INFO", "something happened", {}),
+            id="iso-without-level",
+        ),
+        pytest.param(
+            "[2026-11-30 10:02:00] payment-service.ERROR: Connection is not available",
+            (T, "payment-service", "ERROR", "Connection is not available", {}),
+            id="monolog",
+        ),
+        pytest.param(
+            '[2026-11-30T10:02:00.000000+00:00] app.CRITICAL: Payment failed {"order":42} {"uid":"abc"}',
+            (T, "app", "FATAL", "Payment failed", {"context": {"order": 42}, "extra": {"uid": "abc"}}),
+            id="monolog-context-extra",
+        ),
+        pytest.param(
+            "[2026-11-30 10:02:00] payment-service.NOTICE: retry scheduled [] []",
+            (T, "payment-service", "INFO", "retry scheduled", {}),
+            id="monolog-empty-context",
+        ),
+        pytest.param(
+            "Nov 30 10:02:00 web-01 payment-service[123]: ERROR Connection is not available",
+            (T, "payment-service", "ERROR", "Connection is not available", {"host": "web-01", "pid": "123"}),
+            id="syslog",
+        ),
+        pytest.param(
+            "Nov 30 10:02:00 web-01 cron: job finished",
+            (T, "cron", "INFO", "job finished", {"host": "web-01"}),
+            id="syslog-no-pid-no-level",
+        ),
+        pytest.param(
+            "<11>Nov 30 10:02:00 web-01 sshd[9]: Failed password for root",
+            (T, "sshd", "ERROR", "Failed password for root", {"host": "web-01", "pid": "9"}),
+            id="syslog-priority-gives-the-level",
+        ),
+        pytest.param(
+            "<165>1 2026-11-30T10:02:00Z web-01 payment-service 77 ID47 - Pool stats ok",
+            (T, "payment-service", "INFO", "Pool stats ok", {"host": "web-01", "pid": "77", "msgid": "ID47"}),
+            id="rfc5424",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00.000+00:00 web-01 payment-service[42]: WARN slow query",
+            (T, "payment-service", "WARN", "slow query", {"host": "web-01", "pid": "42"}),
+            id="rsyslog-iso",
+        ),
+        pytest.param(
+            'ts=2026-11-30T10:02:00Z level=warning service=payment-service msg="pool is \\"low\\"" waiting=12',
+            (T, "payment-service", "WARN", 'pool is "low"', {"waiting": "12"}),
+            id="logfmt",
+        ),
+        pytest.param(
+            "time=2026-11-30T10:02:00Z lvl=err msg=boom",
+            (T, "default-svc", "ERROR", "boom", {}),
+            id="logfmt-unquoted-default-service",
+        ),
+    ],
+)
+def test_plain_text_formats(text: str, expected: tuple[Any, ...]) -> None:
+    assert fields(parsed(text, default_service="default-svc")) == expected
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        pytest.param(
+            {"timestamp": "2026-11-30T10:02:00Z", "service": "payment-service", "level": "error", "message": "boom"},
+            (T, "payment-service", "ERROR", "boom", {}),
+            id="usual-names",
+        ),
+        pytest.param(
+            {"ts": 1_796_032_920, "app": "pay", "severity": "Warning", "msg": "slow", "order": {"id": 7}},
+            (T, "pay", "WARN", "slow", {"order": {"id": 7}}),
+            id="epoch-seconds-nested-attribute",
+        ),
+        pytest.param(
+            {"@timestamp": 1_796_032_920_000, "service.name": "pay", "log.level": "crit", "log": "x"},
+            (T, "pay", "FATAL", "x", {}),
+            id="epoch-millis-dotted-keys",
+        ),
+        pytest.param(
+            {
+                "@timestamp": "2026-11-30T11:02:00+01:00",
+                "service": {"name": "pay", "version": "1.2"},
+                "log": {"level": "ERROR", "logger": "HikariPool"},
+                "message": "Connection is not available",
+            },
+            (
+                T,
+                "pay",
+                "ERROR",
+                "Connection is not available",
+                {"service": {"version": "1.2"}, "log": {"logger": "HikariPool"}},
+            ),
+            id="ecs-nested",
+        ),
+        pytest.param(
+            {"time": "2026-11-30T10:02:00.000000000Z", "log": "docker line\n", "stream": "stderr"},
+            (T, "default-svc", "INFO", "docker line", {"stream": "stderr"}),
+            id="docker-json-no-level",
+        ),
+        pytest.param(
+            {"ts": "2026-11-30 10:02:00", "logger": "com.zaxxer.hikari", "lvl": 50, "msg": "pool"},
+            (T, "com.zaxxer.hikari", "ERROR", "pool", {}),
+            id="naive-time-is-utc-numeric-level",
+        ),
+        pytest.param(
+            {"ts": "2026-11-30T10:02:00Z", "level": "BANANA", "msg": "odd", "service": "pay"},
+            (T, "pay", "INFO", "odd", {"raw_level": "BANANA"}),
+            id="unknown-level-kept",
+        ),
+        pytest.param(
+            {"ts": "2026-11-30T10:02:00Z", "event": "user logged in", "level": "trace", "value": "NaN"},
+            (T, "default-svc", "DEBUG", "user logged in", {"value": "NaN"}),
+            id="structlog-event",
+        ),
+    ],
+)
+def test_json_lines(record: dict[str, Any], expected: tuple[Any, ...]) -> None:
+    assert fields(parsed(json.dumps(record), default_service="default-svc")) == expected
+
+
+@pytest.mark.parametrize(
+    ("word", "level"),
+    [
+        ("DEBUG", "DEBUG"),
+        ("trace", "DEBUG"),
+        ("info", "INFO"),
+        ("Notice", "INFO"),
+        ("warn", "WARN"),
+        ("WARNING", "WARN"),
+        ("err", "ERROR"),
+        ("Error", "ERROR"),
+        ("critical", "FATAL"),
+        ("crit", "FATAL"),
+        ("panic", "FATAL"),
+        ("alert", "FATAL"),
+        ("emerg", "FATAL"),
+        ("FATAL", "FATAL"),
+        (30, "INFO"),
+        ("60", "FATAL"),
+        (10, "DEBUG"),
+        ("banana", None),
+        (True, None),
+        (3, None),
+        (float("nan"), None),
+    ],
+)
+def test_levels_are_normalised(word: object, level: str | None) -> None:
+    assert normalise_level(word) == level
+
+
+def test_a_capitalised_first_word_is_message_not_level() -> None:
+    line = parsed("2026-11-30T10:02:00Z Error connecting to db")
+    assert (line.level, line.message) == ("INFO", "Error connecting to db")
+    assert parsed("2026-11-30T10:02:00Z Error: connecting to db").level == "ERROR"
+
+
+def test_an_unknown_level_word_stays_in_the_plain_text_message() -> None:
+    line = parsed("2026-11-30T10:02:00Z BANANA payment-service went bad")
+    assert (line.level, line.service, line.message) == ("INFO", "unknown", "BANANA payment-service went bad")
+
+
+def test_timestamps_with_offsets_become_utc() -> None:
+    for text in (
+        "2026-11-30T15:32:00+05:30 ERROR a-b x",
+        "2026-11-30T05:02:00-0500 ERROR a-b x",
+        "2026-11-30T10:02:00 UTC ERROR a-b x",
+        "2026-11-30t10:02:00z ERROR a-b x",
+    ):
+        ts = parsed(text).ts
+        assert ts == T and ts.tzinfo == UTC, text
+    assert parsed(json.dumps({"ts": "Mon, 30 Nov 2026 11:02:00 +0100", "msg": "x"})).ts == T
+    assert parsed(json.dumps({"ts": "30/Nov/2026:10:02:00 +0000", "msg": "x"})).ts == T
+    assert parsed(json.dumps({"ts": 1_796_032_920_000_000_000, "msg": "ns"})).ts == T
+
+
+def test_syslog_assumes_the_current_year_and_utc() -> None:
+    assert parsed("Nov 30 10:02:00 h app: x").ts == T
+    assert parsed("Nov  3 10:02:00 h app: x").ts == datetime(2026, 11, 3, 10, 2, tzinfo=UTC)
+    # A date that would lie in the future is last year's (logs read just after New Year).
+    assert parsed("Dec 31 23:59:59 h app: x").ts.year == 2025
+    now = datetime.now(UTC)
+    stamp = (now - timedelta(hours=1)).strftime("%b %d %H:%M:%S")
+    line = parse_line(f"{stamp} h app: x")
+    assert line is not None and line.ts.year == (now - timedelta(hours=1)).year
+
+
+def test_a_missing_service_becomes_the_callers_default() -> None:
+    assert parsed('{"ts": "2026-11-30T10:02:00Z", "msg": "x"}', default_service="checkout").service == "checkout"
+    assert parsed("2026-11-30T10:02:00Z ERROR boom", default_service="checkout").service == "checkout"
+    assert parsed("2026-11-30T10:02:00Z ERROR boom").service == "unknown"
+
+
+# --- odd inputs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("   \t ", id="blank"),
+        pytest.param("hello world", id="no-format"),
+        pytest.param('{"ts": "2026-11-30T10:02:00Z", "msg": "trunc', id="truncated-json"),
+        pytest.param("[1, 2, 3]", id="json-array"),
+        pytest.param('{"msg": "no time"}', id="json-without-time"),
+        pytest.param('{"ts": "yesterday", "msg": "x"}', id="json-bad-time"),
+        pytest.param('{"ts": "2026-11-30T10:02:00Z", "level": "info"}', id="json-without-message"),
+        pytest.param('{"ts": "2026-11-30T10:02:00Z", "msg": "   "}', id="json-blank-message"),
+        pytest.param('{"ts": 1e300, "msg": "x"}', id="json-absurd-epoch"),
+        pytest.param('{"ts": "0001-01-01T00:00:00+05:00", "msg": "x"}', id="json-time-overflow"),
+        pytest.param("[" * 100_000, id="deeply-nested"),
+        pytest.param('{"a":' * 20_000 + "1" + "}" * 20_000, id="deeply-nested-object"),
+        pytest.param("\x00\x01\x02\x03binary\x04\x05", id="binary-nul"),
+        pytest.param("\ufffd\ufffd\x07\x08\ufffd\ufffd", id="binary-replacement-chars"),
+        pytest.param("2026-13-40T10:02:00Z ERROR a-b x", id="impossible-date"),
+        pytest.param("Feb 30 10:02:00 host app: x", id="impossible-syslog-date"),
+        pytest.param("x" * (MAX_LINE_BYTES + 1), id="huge-line"),
+        pytest.param("a=1", id="single-logfmt-pair"),
+    ],
+)
+def test_odd_lines_are_refused_not_raised(text: str) -> None:
+    assert parse_line(text, now=NOW) is None
+
+
+def test_a_huge_message_is_cut_and_its_length_kept() -> None:
+    message = "m" * (MAX_MESSAGE_CHARS + 500)
+    line = parsed(json.dumps({"ts": "2026-11-30T10:02:00Z", "msg": message}))
+    assert len(line.message) == MAX_MESSAGE_CHARS
+    assert line.attributes["message_chars"] == MAX_MESSAGE_CHARS + 500
+
+
+def test_unstorable_json_strings_are_made_safe() -> None:
+    line = parsed('{"ts": "2026-11-30T10:02:00Z", "msg": "a\\u0000b\\ud800c", "k": ["\\udfff"]}')
+    assert line.message == "a\ufffdb?c"
+    assert line.attributes == {"k": ["?"]}
+    line.message.encode("utf-8")
+
+
+@given(st.text(max_size=300))
+@settings(max_examples=400, deadline=None)
+def test_parse_line_never_raises_on_arbitrary_text(text: str) -> None:
+    result = parse_line(text, now=NOW)
+    assert result is None or isinstance(result, ParsedLine)
+
+
+_PREFIXES = st.sampled_from(
+    [
+        "",
+        "{",
+        '{"ts": ',
+        "2026-11-30T10:02:00Z ",
+        "2026-11-30 10:02:00,123 [svc] ",
+        "[2026-11-30 10:02:00] svc.",
+        "Nov 30 10:02:00 host ",
+        "<34>",
+        "<34>1 ",
+        "ts=",
+        "ts=2026-11-30T10:02:00Z msg=",
+    ]
+)
+
+
+@given(_PREFIXES, st.text(max_size=200))
+@settings(max_examples=600, deadline=None)
+def test_parse_line_never_raises_on_plausible_beginnings(prefix: str, text: str) -> None:
+    result = parse_line(prefix + text, now=NOW)
+    if result is not None:
+        assert result.ts.tzinfo == UTC
+        assert result.level in ("DEBUG", "INFO", "WARN", "ERROR", "FATAL")
+        assert result.message.strip() and result.service
+
+
+@given(
+    st.dictionaries(
+        st.text(max_size=12),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+            lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+            max_leaves=8,
+        ),
+        max_size=6,
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_any_json_object_parses_or_is_refused(record: dict[str, Any]) -> None:
+    result = parse_line(json.dumps(record), now=NOW)
+    assert result is None or isinstance(result, ParsedLine)
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+def write(path: Path, content: bytes) -> Path:
+    path.write_bytes(content)
+    return path
+
+
+def test_a_file_gives_entries_and_numbered_errors(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "app.log",
+        b"\xef\xbb\xbf2026-11-30T10:02:00Z INFO svc-a started\r\n"
+        b"\r\n"
+        b"garbage line\n"
+        b'{"ts": "2026-11-30T10:03:00Z", "msg": "json"\n'
+        b"2026-11-30T10:04:00Z ERROR svc-a caf\xe9 \xff\xfe broken bytes\n"
+        b"\x00\x01\x02\x03\x04\x05\x06\n"
+        b"2026-11-30T10:05:00Z WARN svc-a last",
+    )
+    items = list(parse_file(path, default_service="dflt"))
+
+    entries = [i for i in items if isinstance(i, ParsedLine)]
+    errors = [i for i in items if isinstance(i, LineError)]
+    assert [(e.line_number, e.message) for e in entries] == [
+        (1, "started"),
+        (5, "caf\ufffd \ufffd\ufffd broken bytes"),
+        (7, "last"),
+    ]
+    assert [(e.line_number, e.reason) for e in errors] == [
+        (3, "unrecognised format"),
+        (4, "invalid JSON: Expecting ',' delimiter (column 45)"),
+        (6, "binary data"),
+    ]
+    assert errors[0].excerpt == "garbage line"
+    assert errors[0].source == str(path)
+    assert "\x00" not in errors[2].excerpt
+
+
+def test_stack_traces_are_folded_into_their_entry(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "java.log",
+        b"2026-11-30T10:02:00Z ERROR payment-service Request failed\n"
+        b"java.lang.IllegalStateException: pool exhausted\n"
+        b"\tat com.zaxxer.hikari.pool.HikariPool.getConnection(HikariPool.java:181)\n"
+        b"\tat com.example.Pay.run(Pay.java:10)\n"
+        b"Caused by: java.sql.SQLTransientConnectionException: timeout\n"
+        b"\t... 12 more\n"
+        b"2026-11-30T10:02:01Z INFO payment-service next\n"
+        b"    an indented line continues the entry before it\n",
+    )
+    items = list(parse_file(path))
+
+    first, second = items[0], items[1]
+    assert isinstance(first, ParsedLine) and isinstance(second, ParsedLine)
+    assert first.message == "Request failed"
+    assert first.continued == 5
+    assert first.attributes["continuation"].splitlines()[0] == "java.lang.IllegalStateException: pool exhausted"
+    assert "HikariPool.java:181" in first.attributes["continuation"]
+    assert second.message == "next" and second.line_number == 7
+    assert second.continued == 1
+    assert len(items) == 2
+
+
+def test_a_line_too_long_to_read_is_an_error_and_reading_goes_on(tmp_path: Path) -> None:
+    huge = b"2026-11-30T10:02:00Z INFO svc-a " + b"x" * (MAX_LINE_BYTES + 10) + b"\n"
+    path = write(tmp_path / "huge.log", huge + b"2026-11-30T10:03:00Z INFO svc-a after\n")
+    items = list(parse_file(path))
+
+    assert isinstance(items[0], LineError)
+    assert items[0].line_number == 1 and "longer than" in items[0].reason
+    assert isinstance(items[1], ParsedLine) and items[1].message == "after" and items[1].line_number == 2
+
+
+def test_gzip_files_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "app.log.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(b"2026-11-30T10:02:00Z ERROR svc-a boom\n")
+    (line,) = parse_file(path)
+    assert isinstance(line, ParsedLine) and line.message == "boom"
+
+
+def test_offsets_other_than_utc_in_a_file(tmp_path: Path) -> None:
+    tz = timezone(timedelta(hours=-8))
+    local = T.astimezone(tz)
+    path = write(tmp_path / "tz.log", f"{local.isoformat()} ERROR svc-a x\n".encode())
+    (line,) = parse_file(path)
+    assert isinstance(line, ParsedLine) and line.ts == T
