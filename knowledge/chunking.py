@@ -3,7 +3,8 @@
 Each section (a Markdown heading and what follows it, up to the next heading of the same or a
 higher level) becomes one or more chunks. A section longer than the limits is split at
 paragraph, then sentence boundaries; consecutive chunks of one section overlap by their
-last sentence(s), so a fact that straddles a boundary is whole in at least one of them.
+last sentence(s) (or, when the last sentence is longer than the overlap, its last words; never
+more than half a chunk), so a fact that straddles a boundary is whole in at least one of them.
 Every chunk keeps its heading path ("Runbook › Symptoms"). Limits are both in characters
 and in tokens (words, and CJK characters one by one, as an embedding model counts them
 roughly).
@@ -129,7 +130,11 @@ def _tail(text: str, chars: int) -> str:
         if len(candidate) > chars:
             break
         tail = candidate
-    return tail
+    if not tail:  # the last sentence alone is longer: carry its end, from a word boundary
+        end = text[-chars:]
+        space = end.find(" ")
+        tail = end[space + 1 :] if 0 <= space < len(end) // 2 else ""
+    return tail.strip()
 
 
 def chunk_text(text: str, limits: ChunkLimits | None = None) -> list[TextChunk]:
@@ -144,7 +149,8 @@ def chunk_text(text: str, limits: ChunkLimits | None = None) -> list[TextChunk]:
                 continue
             if current:
                 chunks.append(TextChunk(len(chunks), heading_path, current))
-                overlap = _tail(current, limits.overlap_chars)
+                # at most half the chunk, so a short chunk is never repeated whole
+                overlap = _tail(current, min(limits.overlap_chars, len(current) // 2))
                 joined = f"{overlap} {piece}".strip() if overlap else piece
                 current = joined if _fits(joined, limits) else piece
             else:

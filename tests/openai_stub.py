@@ -1,4 +1,5 @@
-"""A local HTTP server that speaks the chat-completions protocol, for the real ``openai`` client.
+"""A local HTTP server that speaks the OpenAI protocol (chat completions, embeddings), for the
+real ``openai`` client.
 
 Tests queue replies (status, JSON body or raw bytes, headers, delay); every request body the
 server received is kept in ``requests``.
@@ -10,6 +11,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -59,6 +61,26 @@ def completion(
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
             },
+        }
+    )
+
+
+def embeddings(
+    vectors: Sequence[Sequence[float]],
+    *,
+    order: Sequence[int] | None = None,
+    model: str = "stub-embedding-model",
+    prompt_tokens: int = 5,
+) -> StubReply:
+    """A ``/v1/embeddings`` reply: ``vectors[i]`` is the embedding of input ``i``; ``order`` lists
+    the indexes in the order the ``data`` items are sent (the protocol allows any order)."""
+    indexes = list(order) if order is not None else list(range(len(vectors)))
+    return StubReply(
+        body={
+            "object": "list",
+            "data": [{"object": "embedding", "index": i, "embedding": list(vectors[i])} for i in indexes],
+            "model": model,
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
         }
     )
 
