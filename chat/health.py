@@ -46,8 +46,14 @@ def _models() -> dict[str, str]:
     return providers()
 
 
-def _evidence() -> str:
-    return str(settings.EVIDENCE_SOURCE)
+def _evidence() -> dict[str, Any]:
+    """Where the evidence tools look; for the knowledge base, whether retrieval is hybrid."""
+    source = str(settings.EVIDENCE_SOURCE)
+    if source != "database":
+        return {"source": source}
+    from chat.wiring import knowledge_search
+
+    return {"source": source, "knowledge": knowledge_search().status()}
 
 
 def readiness() -> dict[str, dict[str, Any]]:

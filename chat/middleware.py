@@ -32,17 +32,22 @@ from django.middleware.security import SecurityMiddleware
 from chat.errors import PayloadTooLarge, envelope
 
 API_PREFIX = "/api/"
+#: file uploads: streamed by the multipart parser, limited by the upload size (plus the form)
+UPLOAD_PATHS = frozenset({"/api/documents"})
 
 
 def _too_big(request: HttpRequest) -> HttpResponse | None:
     if not request.path.startswith(API_PREFIX) or request.method not in ("POST", "PUT", "PATCH"):
         return None
+    upload = request.path in UPLOAD_PATHS
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if upload:
+        limit += int(settings.KNOWLEDGE["MAX_UPLOAD_BYTES"])
     try:
         too_big = int(request.META.get("CONTENT_LENGTH") or "0") > limit
     except ValueError:
         too_big = True
-    if not too_big:
+    if not too_big and not upload:
         too_big = len(request.body) > limit
     if not too_big:
         return None

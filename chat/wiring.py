@@ -21,6 +21,13 @@ from harness.context import Budgets
 from harness.llm.base import ChatModel, Models
 from harness.llm.offline import OfflineAnalyst
 from harness.llm.openai_compat import OpenAICompatibleModel, OpenAIConfig
+from harness.ports import RunbookSource
+from knowledge.embeddings import Embedder, embedder_from_config
+from knowledge.logs import DatabaseLogSource
+from knowledge.retrieval import RetrievalConfig
+from knowledge.runbooks import DatabaseRunbooks
+from knowledge.search import DatabaseKnowledgeSearch
+from knowledge.sqlsource import sql_source_from_settings
 from traces.stores import DjangoAuditSinks, DjangoRunStore
 
 ROLES = ("router", "agent", "guard")
@@ -82,16 +89,47 @@ class _Slowed:
         return slowed
 
 
-def evidence_backends() -> dict[str, Any]:
-    if settings.EVIDENCE_SOURCE == "none":
-        return {"knowledge": None, "logs": None, "sql": None, "runbooks": None}
-    from harness.examples import payment_incident
+@functools.cache
+def embedder() -> Embedder | None:
+    """The configured embedder (``EMBEDDINGS_PROVIDER``), one per process; ``None`` is lexical only."""
+    return embedder_from_config(settings.EMBEDDINGS)
 
-    incident = payment_incident()
-    backends: dict[str, Any] = {"knowledge": incident.knowledge, "logs": incident.logs, "sql": incident.sql}
+
+@functools.cache
+def knowledge_search() -> DatabaseKnowledgeSearch:
+    k: dict[str, Any] = settings.KNOWLEDGE
+    config = RetrievalConfig(min_coverage=k["MIN_COVERAGE"], min_cosine=k["MIN_COSINE"])
+    return DatabaseKnowledgeSearch(embedder=embedder(), config=config)
+
+
+def _database_backends() -> dict[str, Any]:
+    return {
+        "knowledge": knowledge_search(),
+        "logs": DatabaseLogSource(),
+        "sql": sql_source_from_settings(),
+    }
+
+
+def evidence_backends() -> dict[str, Any]:
+    """``EVIDENCE_SOURCE``: ``database`` (the knowledge app), ``example`` (the bundled incident,
+    in memory) or ``none``."""
+    source = settings.EVIDENCE_SOURCE
+    if source == "none":
+        return {"knowledge": None, "logs": None, "sql": None, "runbooks": None}
+    runbooks: RunbookSource
+    if source == "database":
+        backends, runbooks = _database_backends(), DatabaseRunbooks()
+    elif source == "example":
+        from harness.examples import payment_incident
+
+        incident = payment_incident()
+        backends = {"knowledge": incident.knowledge, "logs": incident.logs, "sql": incident.sql}
+        runbooks = incident.runbooks
+    else:
+        raise ImproperlyConfigured(f"EVIDENCE_SOURCE must be database, example or none, not {source!r}")
     if settings.EVIDENCE_LATENCY_S > 0:
         backends = {name: _Slowed(backend, settings.EVIDENCE_LATENCY_S) for name, backend in backends.items()}
-    return {**backends, "runbooks": incident.runbooks}
+    return {**backends, "runbooks": runbooks}
 
 
 def harness_settings() -> HarnessSettings:

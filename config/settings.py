@@ -215,6 +215,7 @@ LOGGING = {
         "django.request": {"level": "ERROR"},
         "django_eventstream": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
+        "bm25s": {"level": "WARNING"},
         "openai": {"level": "WARNING"},
     },
 }
@@ -224,3 +225,38 @@ LOGGING = {
 EVIDENCE_SOURCE = env_str("EVIDENCE_SOURCE", "example")
 # Added to every evidence call: to see a run's progress in the demo, or to test cancelling.
 EVIDENCE_LATENCY_S = env_float("EVIDENCE_LATENCY_S", 0.0)
+
+# The knowledge base (knowledge app). Uploads larger than MAX_UPLOAD_BYTES are refused with 413.
+# A chunk counts as evidence when it holds MIN_COVERAGE of the query's informative terms
+# (IDF-weighted) or its embedding is at least MIN_COSINE close to the query's.
+KNOWLEDGE = {
+    "MAX_UPLOAD_BYTES": env_int("KNOWLEDGE_MAX_UPLOAD_BYTES", 10 * 1024 * 1024),
+    "CHUNK_MAX_CHARS": env_int("KNOWLEDGE_CHUNK_MAX_CHARS", 1_200),
+    "CHUNK_MAX_TOKENS": env_int("KNOWLEDGE_CHUNK_MAX_TOKENS", 256),
+    "CHUNK_OVERLAP_CHARS": env_int("KNOWLEDGE_CHUNK_OVERLAP_CHARS", 200),
+    "MIN_COVERAGE": env_float("KNOWLEDGE_MIN_COVERAGE", 0.5),
+    "MIN_COSINE": env_float("KNOWLEDGE_MIN_COSINE", 0.40),
+}
+# Embeddings for dense retrieval: "local" (all-MiniLM-L6-v2, shipped in a package, CPU),
+# "openai" (any OpenAI-compatible /v1/embeddings endpoint) or "none" (lexical retrieval only).
+EMBEDDINGS = {
+    "PROVIDER": env_str("EMBEDDINGS_PROVIDER", "local"),
+    "MODEL_DIR": env_str("EMBEDDINGS_MODEL_DIR", ""),
+    "BASE_URL": env_str("EMBEDDINGS_BASE_URL", ""),
+    "API_KEY": env_str("EMBEDDINGS_API_KEY", ""),
+    "MODEL": env_str("EMBEDDINGS_MODEL", ""),
+    "DIMENSION": env_int("EMBEDDINGS_DIMENSION", 0),
+    "TIMEOUT_S": env_float("EMBEDDINGS_TIMEOUT_S", 30.0),
+}
+
+# The business datasource behind the agent's query_mysql tool: sqlite:///path/to/file.sqlite3
+# or mysql://user:password@host:3306/database ("none": no query_mysql tool). Statements are
+# checked (knowledge/sql_guard.py) and run read-only; give it a database user that can only
+# SELECT. EVIDENCE_SQL_TABLES lists the tables the agent may read (comma-separated; empty:
+# every table); each statement is stopped after the timeout and its result capped in rows and
+# in bytes of cell text.
+EVIDENCE_SQL_URL = env_str("EVIDENCE_SQL_URL", f"sqlite:///{VAR_DIR / 'business.sqlite3'}")
+EVIDENCE_SQL_TABLES = env_list("EVIDENCE_SQL_TABLES", [])
+EVIDENCE_SQL_TIMEOUT_S = env_float("EVIDENCE_SQL_TIMEOUT_S", 5.0)
+EVIDENCE_SQL_MAX_ROWS = env_int("EVIDENCE_SQL_MAX_ROWS", 200)
+EVIDENCE_SQL_MAX_BYTES = env_int("EVIDENCE_SQL_MAX_BYTES", 65536)

@@ -6,6 +6,7 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("chat.urls")),
+    path("api/", include("knowledge.urls")),
 ]
 
 handler404 = "chat.errors.not_found"

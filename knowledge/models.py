@@ -26,6 +26,8 @@ class Document(models.Model):
     content_type = models.CharField(max_length=100)
     size_bytes = models.PositiveIntegerField()
     sha256 = models.CharField(max_length=64, db_index=True)
+    #: the uploaded bytes, kept until the text is extracted and indexed, then cleared
+    content = models.BinaryField(null=True, blank=True, editable=False)
     text = models.TextField(blank=True)
     status = models.CharField(max_length=16, choices=DocumentStatus.choices, default=DocumentStatus.PENDING)
     failure_reason = models.CharField(max_length=300, blank=True)
@@ -35,6 +37,7 @@ class Document(models.Model):
 
     class Meta:
         ordering = ("-created_at",)
+        indexes = [models.Index(fields=("status",), name="document_status")]
 
     def __str__(self) -> str:
         return self.title
@@ -52,6 +55,8 @@ class Chunk(models.Model):
     token_count = models.PositiveIntegerField()
     #: float32 vector bytes from the configured embedder (empty when lexical only)
     embedding = models.BinaryField(null=True, blank=True)
+    #: which embedder made ``embedding``: vectors of another model are not compared
+    embedding_model = models.CharField(max_length=120, blank=True)
 
     class Meta:
         ordering = ("document", "ordinal")
@@ -60,6 +65,18 @@ class Chunk(models.Model):
     @property
     def chunk_id(self) -> str:
         return f"{self.document_id}#{self.ordinal}"
+
+
+class IndexState(models.Model):
+    """One row: the knowledge base's version, bumped in the transaction of every change.
+
+    Each process's in-memory index remembers the version it was built from and rebuilds when
+    the row says otherwise, so index changes reach every worker without a restart.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    version = models.PositiveBigIntegerField(default=0)
+    changed_at = models.DateTimeField(auto_now=True)
 
 
 class Runbook(models.Model):

@@ -1,0 +1,192 @@
+"""Writes to the knowledge base: upload, index, delete, rebuild. Every change bumps the version."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from chat.errors import ApplicationError, PayloadTooLarge, QueueUnavailable
+from knowledge.chunking import ChunkLimits, chunk_text, search_text
+from knowledge.embeddings import Embedder, EmbeddingUnavailable, to_bytes
+from knowledge.extract import ExtractionError, content_type_for, extract
+from knowledge.models import Chunk, Document, DocumentStatus, IndexState
+
+logger = logging.getLogger(__name__)
+
+
+class UnsupportedDocument(ApplicationError):
+    code = "unsupported_document"
+    message = "The file cannot be added to the knowledge base."
+
+
+@dataclass(frozen=True, slots=True)
+class Uploaded:
+    document: Document
+    created: bool
+
+
+def index_bump() -> int:
+    """Advance the knowledge-base version; call inside the transaction of the change."""
+    if not IndexState.objects.filter(pk=1).update(version=F("version") + 1, changed_at=timezone.now()):
+        IndexState.objects.get_or_create(pk=1, defaults={"version": 1})
+    return int(IndexState.objects.values_list("version", flat=True).get(pk=1))
+
+
+def chunk_limits() -> ChunkLimits:
+    k: dict[str, Any] = settings.KNOWLEDGE
+    return ChunkLimits(
+        max_chars=k["CHUNK_MAX_CHARS"], max_tokens=k["CHUNK_MAX_TOKENS"], overlap_chars=k["CHUNK_OVERLAP_CHARS"]
+    )
+
+
+def _enqueue(document: Document) -> None:
+    from knowledge.tasks import index_document
+
+    try:
+        index_document.apply_async(args=[str(document.id)], retry=False)
+    except Exception as exc:  # noqa: BLE001 - any broker failure means it would never be indexed
+        logger.warning("document %s: broker unavailable: %s", document.id, type(exc).__name__)
+        Document.objects.filter(pk=document.pk, status=DocumentStatus.PENDING).update(
+            status=DocumentStatus.FAILED, failure_reason="the task queue was unavailable; upload it again"
+        )
+        raise QueueUnavailable() from None
+
+
+def document_upload(*, owner: Any, filename: str, data: bytes, title: str = "", enqueue: bool = True) -> Uploaded:
+    """Store an upload as a pending document and queue its indexing.
+
+    The same bytes uploaded again return the existing document (``created`` is false) unless
+    it failed, in which case it is indexed afresh.
+    """
+    try:
+        content_type = content_type_for(filename)
+    except ExtractionError as exc:
+        raise UnsupportedDocument(exc.reason) from None
+    limit = int(settings.KNOWLEDGE["MAX_UPLOAD_BYTES"])
+    if len(data) > limit:
+        raise PayloadTooLarge(f"The file is larger than {limit} bytes.")
+    if not data:
+        raise UnsupportedDocument("The file is empty.")
+    digest = hashlib.sha256(data).hexdigest()
+    with transaction.atomic():
+        existing = Document.objects.select_for_update().filter(sha256=digest).first()
+        if existing is not None and existing.status != DocumentStatus.FAILED:
+            return Uploaded(existing, False)
+        if existing is not None:
+            existing.status, existing.failure_reason, existing.content = DocumentStatus.PENDING, "", data
+            existing.save(update_fields=["status", "failure_reason", "content"])
+            document = existing
+        else:
+            document = Document.objects.create(
+                owner=owner if getattr(owner, "is_authenticated", False) else None,
+                title=title.strip()[:300],
+                filename=filename[-255:],
+                content_type=content_type,
+                size_bytes=len(data),
+                sha256=digest,
+                content=data,
+            )
+    if enqueue:
+        _enqueue(document)
+    return Uploaded(document, existing is None)
+
+
+def _fail(document: Document, reason: str) -> None:
+    Document.objects.filter(pk=document.pk).update(status=DocumentStatus.FAILED, failure_reason=reason[:300])
+    logger.info("document %s failed to index: %s", document.pk, reason)
+
+
+def document_index(*, document_id: str, embedder: Embedder | None, final_attempt: bool = True) -> str:
+    """Extract, chunk, embed and store a pending document's chunks, replacing any old ones.
+
+    Idempotent: a document that is not pending is left as it is. Returns its status.
+    An embeddings endpoint that fails is retried by the task; on the last attempt the
+    document fails with the reason.
+    """
+    document = Document.objects.filter(pk=document_id).first()
+    if document is None or document.status != DocumentStatus.PENDING:
+        return document.status if document else "missing"
+    try:
+        if document.content:
+            extracted = extract(document.filename, bytes(document.content))
+            text, title = extracted.text, document.title or extracted.title
+        else:
+            text, title = document.text, document.title
+        if not text:
+            raise ExtractionError("the document has no text to index")
+        pieces = chunk_text(text, chunk_limits())
+        vectors = embedder.embed([search_text(title, p.heading_path, p.text) for p in pieces]) if embedder else None
+    except ExtractionError as exc:
+        _fail(document, exc.reason)
+        return DocumentStatus.FAILED
+    except EmbeddingUnavailable as exc:
+        if not final_attempt:
+            raise
+        _fail(document, f"embedding failed: {exc}")
+        return DocumentStatus.FAILED
+    model = embedder.name if embedder else ""
+    rows = [
+        Chunk(
+            document=document,
+            ordinal=piece.ordinal,
+            title=title,
+            heading_path=piece.heading_path[:500],
+            text=piece.text,
+            char_count=piece.char_count,
+            token_count=piece.token_count,
+            embedding=to_bytes(vectors[i]) if vectors is not None else None,
+            embedding_model=model,
+        )
+        for i, piece in enumerate(pieces)
+    ]
+    with transaction.atomic():
+        # Still pending and not deleted meanwhile? Only then replace its chunks.
+        claimed = Document.objects.filter(pk=document.pk, status=DocumentStatus.PENDING).update(
+            status=DocumentStatus.INDEXED,
+            title=title,
+            text=text,
+            content=None,
+            failure_reason="",
+            chunk_count=len(rows),
+            indexed_at=timezone.now(),
+        )
+        if not claimed:
+            return "superseded"
+        Chunk.objects.filter(document_id=document.pk).delete()
+        Chunk.objects.bulk_create(rows, batch_size=500)
+        index_bump()
+    return DocumentStatus.INDEXED
+
+
+@transaction.atomic
+def document_delete(*, document: Document) -> None:
+    """Delete a document and its chunks; from the next search on they are not returned."""
+    Document.objects.filter(pk=document.pk).delete()
+    index_bump()
+
+
+def knowledge_rebuild(*, enqueue: bool = True) -> int:
+    """Re-chunk and re-embed every document (after changing the embedder or the chunk limits).
+
+    Old chunks keep answering until each document's new ones replace them. Returns how many
+    documents were queued.
+    """
+    with transaction.atomic():
+        ids = list(
+            Document.objects.select_for_update()
+            .filter(Q(content__isnull=False) | ~Q(text=""))
+            .values_list("id", flat=True)
+        )
+        Document.objects.filter(id__in=ids).update(status=DocumentStatus.PENDING, failure_reason="")
+        index_bump()
+    if enqueue:
+        for document_id in ids:
+            _enqueue(Document(pk=document_id))
+    return len(ids)
