@@ -42,6 +42,9 @@ from harness.tools.evidence import LOOKUP_KNOWLEDGE, QUERY_LOGS, QUERY_MYSQL
 
 _LEVELS = {"DEBUG": 0, "INFO": 1, "WARN": 2, "ERROR": 3, "FATAL": 4}
 MIN_CAUSE_SCORE = 3.0
+#: The log window searched around a symptom's onset: causes start shortly before it.
+INCIDENT_LEAD = timedelta(minutes=60)
+INCIDENT_TAIL = timedelta(minutes=15)
 MAX_QUOTE_CHARS = 240
 
 
@@ -297,7 +300,13 @@ def _gather(conv: Conversation) -> _Evidence:
     patterns, ignored = log_patterns(conv)
     asked = terms(conv.question)
     relevant = [p for p in patterns if p.rank >= 2 and asked & p.words]
-    symptom = max(relevant, key=lambda p: (len(asked & p.words), p.rank, p.count)) if relevant else None
+    # The symptom is what the question describes; between equally close patterns, one that does not
+    # name a cause ("timed out", not "pool exhausted") is the better description of an effect.
+    symptom = (
+        max(relevant, key=lambda p: (len(asked & p.words), not terms(p.template) & CAUSE_TERMS, p.rank, p.count))
+        if relevant
+        else None
+    )
     knowledge_words = {
         w
         for o in conv.results(LOOKUP_KNOWLEDGE)
@@ -414,22 +423,44 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
             calls.append((QUERY_LOGS, {"query": "", "level": "WARN", "limit": 100}))
     elif conv.tool_steps == 1:
         ev = _gather(conv)
-        # Look up the leading cause candidates, not just the first, so documents can tell them apart.
-        leading = [p for _, p in rank_causes(ev)[:2]] or ([ev.symptom] if ev.symptom else [])
-        if LOOKUP_KNOWLEDGE in conv.tools:
-            for p in leading:
-                query = literal(p.template)[:200] or conv.question[:200]
-                calls.append((LOOKUP_KNOWLEDGE, {"query": query, "top_k": 5}))
-        if QUERY_MYSQL in conv.tools and leading:
-            calls.extend((QUERY_MYSQL, {"sql": sql}) for sql in _change_queries(conv, leading[0]))
-    elif conv.tool_steps == 2 and LOOKUP_KNOWLEDGE in conv.tools:
-        # With a cause in hand, look up how to fix it.
-        analysis = analyse(conv)
-        if analysis.cause is not None and not analysis.recommendations:
-            topic = analysis.passage.title if analysis.passage else ""
-            query = f"{topic} {literal(analysis.cause.template)} remediation fix".strip()
-            calls.append((LOOKUP_KNOWLEDGE, {"query": query[:200], "top_k": 5}))
+        if QUERY_LOGS in conv.tools and ev.symptom is not None and ev.symptom.first is not None:
+            # What else went wrong around the time the symptom began: causes start shortly before.
+            calls.append((QUERY_LOGS, _incident_window(ev.symptom.first)))
+        calls.extend(_candidate_calls(conv, ev))
+    elif conv.tool_steps in (2, 3):
+        # The incident window may have brought new candidates: look them up too, then look up
+        # how to fix the cause once there is one.
+        calls.extend(_candidate_calls(conv, _gather(conv)))
+        if not [c for c in calls if not conv.called(*c)] and LOOKUP_KNOWLEDGE in conv.tools:
+            analysis = analyse(conv)
+            if analysis.cause is not None and not analysis.recommendations:
+                topic = analysis.passage.title if analysis.passage else ""
+                query = f"{topic} {literal(analysis.cause.template)} remediation fix".strip()
+                calls.append((LOOKUP_KNOWLEDGE, {"query": query[:200], "top_k": 5}))
     return [(name, args) for name, args in calls if not conv.called(name, args)]
+
+
+def _incident_window(onset: datetime) -> dict[str, Any]:
+    start, end = onset - INCIDENT_LEAD, onset + INCIDENT_TAIL
+    return {"query": "", "level": "WARN", "start": _iso(start), "end": _iso(end), "limit": 100}
+
+
+def _iso(ts: datetime) -> str:
+    return ts.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _candidate_calls(conv: Conversation, ev: _Evidence) -> list[tuple[str, dict[str, Any]]]:
+    """Documents about the leading cause candidates (not just the first, so documents can tell
+    them apart) and the recent changes that touch the leading one."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    leading = [p for _, p in rank_causes(ev)[:2]] or ([ev.symptom] if ev.symptom else [])
+    if LOOKUP_KNOWLEDGE in conv.tools:
+        for p in leading:
+            query = literal(p.template)[:200] or conv.question[:200]
+            calls.append((LOOKUP_KNOWLEDGE, {"query": query, "top_k": 5}))
+    if QUERY_MYSQL in conv.tools and leading:
+        calls.extend((QUERY_MYSQL, {"sql": sql}) for sql in _change_queries(conv, leading[0]))
+    return calls
 
 
 def _change_queries(conv: Conversation, focus: Pattern) -> list[str]:
