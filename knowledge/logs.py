@@ -624,6 +624,20 @@ class _ProgressReader:
         return data
 
 
+LOG_SUFFIXES = (".jsonl", ".json", ".log", ".txt", ".gz")
+
+
+def log_files(paths: Iterable[Path | str]) -> list[Path]:
+    """Files as given; a folder stands for the log files under it (by suffix, sorted)."""
+    out: list[Path] = []
+    for item in map(Path, paths):
+        if item.is_dir():
+            out.extend(sorted(p for p in item.rglob("*") if p.is_file() and p.suffix.lower() in LOG_SUFFIXES))
+        else:
+            out.append(item)
+    return out
+
+
 def ingest(
     paths: Iterable[str | Path],
     *,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from knowledge.logs import UNKNOWN_SERVICE, format_report, ingest
+from knowledge.logs import LOG_SUFFIXES, UNKNOWN_SERVICE, format_report, ingest, log_files
 
 
 class Command(BaseCommand):
@@ -18,7 +17,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("paths", nargs="+", metavar="PATH", help="log files to ingest")
+        parser.add_argument("paths", nargs="+", metavar="PATH", help="log files, or folders of them, to ingest")
         parser.add_argument(
             "--service",
             default=UNKNOWN_SERVICE,
@@ -33,10 +32,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        paths = [Path(p) for p in options["paths"]]
+        paths = log_files(options["paths"])
         missing = [str(p) for p in paths if not p.is_file()]
         if missing:
-            raise CommandError(f"not a file: {', '.join(missing)}")
+            raise CommandError(f"not a file or folder: {', '.join(missing)}")
+        if not paths:
+            raise CommandError(f"no log files ({', '.join(LOG_SUFFIXES)}) in the given folders")
         if options["batch"] < 1:
             raise CommandError("--batch must be at least 1")
         report = ingest(
