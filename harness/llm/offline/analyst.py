@@ -45,6 +45,9 @@ MIN_CAUSE_SCORE = 3.0
 #: The log window searched around a symptom's onset: causes start shortly before it.
 INCIDENT_LEAD = timedelta(minutes=60)
 INCIDENT_TAIL = timedelta(minutes=15)
+#: A recorded change can explain a pattern that starts up to a day after it.
+CHANGE_LOOKBACK = timedelta(days=1)
+CHANGE_GRACE = timedelta(minutes=5)
 MAX_QUOTE_CHARS = 240
 
 
@@ -83,6 +86,8 @@ class Pattern:
     last: datetime | None
     example: str
     call_id: str
+    #: from a query over a time window rather than over all the logs
+    windowed: bool = False
 
     @property
     def rank(self) -> int:
@@ -155,9 +160,12 @@ def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
                 last=parse_ts(item.get("last_ts")),
                 example=example,
                 call_id=obs.call_id,
+                windowed=bool(obs.args.get("start") or obs.args.get("end")),
             )
+            # A query over the incident window describes the incident better than one over all
+            # time (where the same message from another day would blur when it began).
             known = patterns.get(found.template)
-            if known is None or found.count > known.count:
+            if known is None or (found.windowed, found.count) > (known.windowed, known.count):
                 patterns[found.template] = found
     return list(patterns.values()), ignored
 
@@ -277,7 +285,7 @@ def _change_support(p: Pattern, rows: list[ChangeRow]) -> tuple[float, ChangeRow
         if (
             p.first is not None
             and row.at is not None
-            and not (p.first - timedelta(days=1) <= row.at <= p.first + timedelta(minutes=5))
+            and not (p.first - CHANGE_LOOKBACK <= row.at <= p.first + CHANGE_GRACE)
         ):
             continue
         value = (1.5 if row.words & own else 0.0) + (1.0 if set(p.services) & row.words else 0.0)
@@ -459,11 +467,12 @@ def _candidate_calls(conv: Conversation, ev: _Evidence) -> list[tuple[str, dict[
             query = literal(p.template)[:200] or conv.question[:200]
             calls.append((LOOKUP_KNOWLEDGE, {"query": query, "top_k": 5}))
     if QUERY_MYSQL in conv.tools and leading:
-        calls.extend((QUERY_MYSQL, {"sql": sql}) for sql in _change_queries(conv, leading[0]))
+        onset = leading[0].first or (ev.symptom.first if ev.symptom else None)
+        calls.extend((QUERY_MYSQL, {"sql": sql}) for sql in _change_queries(conv, leading[0], onset))
     return calls
 
 
-def _change_queries(conv: Conversation, focus: Pattern) -> list[str]:
+def _change_queries(conv: Conversation, focus: Pattern, onset: datetime | None) -> list[str]:
     tables = sql_tables(conv.tools.get(QUERY_MYSQL))
     wanted = focus.words | terms(conv.question)
     ranked = []
@@ -478,9 +487,19 @@ def _change_queries(conv: Conversation, focus: Pattern) -> list[str]:
         if not re.fullmatch(r"[A-Za-z_][\w]*", table):
             continue
         time_column = next((c for c in columns if TIME_COLUMN.search(c.lower()) and re.fullmatch(r"\w+", c)), None)
-        order = f" ORDER BY {time_column} DESC" if time_column else ""
-        out.append(f"SELECT * FROM {table}{order} LIMIT 20")  # noqa: S608 - identifiers checked above
+        where = order = ""
+        if time_column:
+            order = f" ORDER BY {time_column} DESC"
+            if onset is not None:
+                # Only the changes that could explain it, whatever came later.
+                start, end = (_sql_ts(onset - CHANGE_LOOKBACK), _sql_ts(onset + CHANGE_GRACE))
+                where = f" WHERE {time_column} >= '{start}' AND {time_column} <= '{end}'"
+        out.append(f"SELECT * FROM {table}{where}{order} LIMIT 20")  # noqa: S608 - identifiers checked above
     return out
+
+
+def _sql_ts(ts: datetime) -> str:
+    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 # --- writing -------------------------------------------------------------------------------
