@@ -1,0 +1,294 @@
+"""Evaluation scenarios: a question, the evidence to load, and what a good diagnosis contains.
+
+A scenario file is YAML (paths are relative to the file)::
+
+    name: payment-timeouts-pool                # optional; defaults to the file name
+    question: Payments are timing out since about 10:00 — what is going on?
+    evidence:
+      documents: [docs/payment-service.md, docs/]      # files or folders (md, txt, html, pdf)
+      logs: [logs/payment.jsonl]                       # anything ingest_logs reads
+      tables: tables.yaml                              # business tables (see knowledge.fixtures); a list is merged
+      runbooks: default                                # default (shipped), none, or a folder
+    expect:
+      outcome: diagnosed                 # or: fallback (the evidence does not show a cause)
+      root_cause: [connection pool]      # every phrase must appear in the root cause
+      tools: [query_logs, query_mysql]   # every tool must have been called
+
+Each scenario runs alone: the knowledge base, log store and runbooks of the (scratch) database
+are emptied and loaded with its evidence through the same code paths as document uploads and
+``ingest_logs``; its tables go to a scratch SQLite file the agent reads read-only. Then the
+question runs through the real chain (router, agent, tools, guards, release) with the
+configured models, and the result is scored.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.db import transaction
+
+from harness.application import ChatApplication, ChatRequest
+from harness.guards.quotes import EvidenceText
+from harness.llm.base import Models
+from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
+from knowledge import services
+from knowledge.embeddings import Embedder
+from knowledge.extract import TYPES
+from knowledge.fixtures import FixtureError, merge, read_tables, write_tables
+from knowledge.logs import UNKNOWN_SERVICE, DatabaseLogSource, ingest, log_files
+from knowledge.models import Chunk, Document, LogEntry, Runbook
+from knowledge.runbooks import RUNBOOK_DIR, DatabaseRunbooks, load_runbooks
+from knowledge.search import DatabaseKnowledgeSearch
+from knowledge.sqlsource import DatabaseSqlSource
+
+SHIPPED_RUNBOOKS = Path(RUNBOOK_DIR)
+OUTCOMES = ("diagnosed", "fallback")
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Expectation:
+    outcome: str
+    root_cause: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    path: Path
+    question: str
+    documents: tuple[Path, ...]
+    logs: tuple[Path, ...]
+    tables: tuple[Path, ...]
+    runbooks: Path | None
+    expect: Expectation
+
+
+@dataclass
+class ScenarioResult:
+    scenario: Scenario
+    outcome: str
+    root_cause: str
+    root_cause_hit: bool
+    citations: int
+    citations_valid: int
+    tools_called: list[str]
+    tool_calls: int
+    tools_missing: list[str]
+    tokens: int
+    seconds: float
+    fallback_reason: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
+def _paths(base: Path, value: Any, what: str) -> tuple[Path, ...]:
+    items = [value] if isinstance(value, str) else (value or [])
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise ScenarioError(f"evidence.{what} must be a path or a list of paths")
+    out = []
+    for item in items:
+        path = (base / item).resolve()
+        if not path.exists():
+            raise ScenarioError(f"evidence.{what}: {item} does not exist")
+        out.append(path)
+    return tuple(out)
+
+
+def load_scenario(path: Path) -> Scenario:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ScenarioError(f"{path}: cannot be read as YAML ({type(exc).__name__})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("question"), str) or not data["question"].strip():
+        raise ScenarioError(f"{path}: needs a 'question'")
+    base = path.parent
+    evidence = data.get("evidence") or {}
+    expect = data.get("expect") or {}
+    if not isinstance(evidence, dict) or not isinstance(expect, dict):
+        raise ScenarioError(f"{path}: 'evidence' and 'expect' must be mappings")
+    outcome = expect.get("outcome", "diagnosed")
+    if outcome not in OUTCOMES:
+        raise ScenarioError(f"{path}: expect.outcome must be one of {', '.join(OUTCOMES)}")
+    try:
+        runbooks_value = evidence.get("runbooks", "default")
+        if runbooks_value == "default":
+            runbooks: Path | None = SHIPPED_RUNBOOKS
+        elif runbooks_value in (None, "none"):
+            runbooks = None
+        else:
+            runbooks = _paths(base, runbooks_value, "runbooks")[0]
+        tables = _paths(base, evidence.get("tables"), "tables")
+        return Scenario(
+            name=str(data.get("name") or path.stem),
+            path=path,
+            question=data["question"].strip(),
+            documents=_paths(base, evidence.get("documents"), "documents"),
+            logs=_paths(base, evidence.get("logs"), "logs"),
+            tables=tables,
+            runbooks=runbooks,
+            expect=Expectation(
+                outcome=outcome,
+                root_cause=tuple(str(k) for k in expect.get("root_cause") or ()),
+                tools=tuple(str(t) for t in expect.get("tools") or ()),
+            ),
+        )
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path}: {exc}") from None
+
+
+def find_scenarios(paths: Sequence[Path]) -> list[Scenario]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(sorted(p for p in path.rglob("*.y*ml") if p.suffix in (".yaml", ".yml") and _is_scenario(p)))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ScenarioError(f"{path}: no such file or folder")
+    return [load_scenario(p) for p in files]
+
+
+def _is_scenario(path: Path) -> bool:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return True  # reported properly by load_scenario
+    return isinstance(data, dict) and "question" in data
+
+
+def document_files(paths: Sequence[Path]) -> list[Path]:
+    out: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            out.extend(sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TYPES))
+        else:
+            out.append(path)
+    return out
+
+
+# --- loading ------------------------------------------------------------------------------
+
+
+def clear_evidence() -> None:
+    """Empty the knowledge base, log store and runbooks (of the scratch database)."""
+    with transaction.atomic():
+        Chunk.objects.all().delete()
+        Document.objects.all().delete()
+        LogEntry.objects.all().delete()
+        Runbook.objects.all().delete()
+        services.index_bump()
+
+
+def load_documents(paths: Sequence[Path], *, embedder: Embedder | None) -> list[str]:
+    """Add documents through the upload path and index them here; returns failure reasons."""
+    problems = []
+    for path in document_files(paths):
+        uploaded = services.document_upload(owner=None, filename=path.name, data=path.read_bytes(), enqueue=False)
+        if services.document_index(document_id=str(uploaded.document.id), embedder=embedder) == "failed":
+            reason = Document.objects.values_list("failure_reason", flat=True).get(pk=uploaded.document.pk)
+            problems.append(f"{path.name}: {reason}")
+    return problems
+
+
+def load_evidence(scenario: Scenario, *, embedder: Embedder | None, sql_path: Path) -> list[str]:
+    clear_evidence()
+    problems = load_documents(scenario.documents, embedder=embedder)
+    if scenario.logs:
+        report = ingest(log_files(scenario.logs), default_service=UNKNOWN_SERVICE, progress=False)
+        if report.read and not report.stored:
+            problems.append("no log line could be parsed")
+    if scenario.runbooks is not None:
+        load_runbooks(scenario.runbooks)
+    if scenario.tables:
+        try:
+            write_tables(f"sqlite:///{sql_path}", merge([t for path in scenario.tables for t in read_tables(path)]))
+        except FixtureError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+# --- running and scoring ------------------------------------------------------------------
+
+
+def _quote_found(quote: str, invocations: InMemoryInvocationStore, run_id: str) -> bool:
+    """Checked again here, independently of the guard: the quote is in one of the run's results."""
+    return any(
+        EvidenceText(invocation.raw_result).find(quote) is not None
+        for (owner, _), invocation in list(invocations.items.items())
+        if owner == run_id
+    )
+
+
+def run_scenario(
+    scenario: Scenario, *, models: Models, embedder: Embedder | None, application_options: dict[str, Any]
+) -> ScenarioResult:
+    with tempfile.TemporaryDirectory(prefix="sba-eval-") as scratch:
+        sql_path = Path(scratch) / "business.sqlite3"
+        problems = load_evidence(scenario, embedder=embedder, sql_path=sql_path)
+        invocations = InMemoryInvocationStore()
+        audit = InMemoryAudit()
+        app = ChatApplication(
+            models=models,
+            run_store=InMemoryRunStore(),
+            invocations=invocations,
+            audit=audit.sinks(),
+            knowledge=DatabaseKnowledgeSearch(embedder=embedder),
+            logs=DatabaseLogSource(),
+            sql=DatabaseSqlSource(f"sqlite:///{sql_path}") if scenario.tables else None,
+            runbooks=DatabaseRunbooks(check_interval_s=0) if scenario.runbooks is not None else None,
+            **application_options,
+        )
+        run_id = str(uuid.uuid4())
+        started = time.perf_counter()
+        result = app.execute(ChatRequest(scenario.question, "eval", run_id=run_id), RecordingObserver())
+        seconds = time.perf_counter() - started
+        payload = dict(result.content.payload) if result.content is not None else {}
+        outcome = "diagnosed" if result.outcome.value == "success" and payload.get("root_cause") else "fallback"
+        root_cause = str(payload.get("root_cause") or "")
+        quotes = [e["quote"] for f in payload.get("findings") or [] for e in f.get("evidence") or []]
+        valid = sum(1 for q in quotes if _quote_found(q, invocations, run_id))
+        called = list(dict.fromkeys(record.tool for record in audit.tools))
+        tool_calls = len(audit.tools)
+    expect = scenario.expect
+    hit = all(k.lower() in root_cause.lower() for k in expect.root_cause) if expect.outcome == "diagnosed" else True
+    missing = [t for t in expect.tools if t not in called]
+    if outcome != expect.outcome:
+        problems.append(f"expected {expect.outcome}, got {outcome}")
+    if outcome == "diagnosed" and not hit:
+        problems.append(
+            "root cause misses: " + ", ".join(k for k in expect.root_cause if k.lower() not in root_cause.lower())
+        )
+    if missing:
+        problems.append("tools not called: " + ", ".join(missing))
+    if valid != len(quotes):
+        problems.append(f"{len(quotes) - valid} citation(s) not found in the evidence")
+    return ScenarioResult(
+        scenario=scenario,
+        outcome=outcome,
+        root_cause=root_cause,
+        root_cause_hit=hit and outcome == expect.outcome,
+        citations=len(quotes),
+        citations_valid=valid,
+        tools_called=called,
+        tool_calls=tool_calls,
+        tools_missing=missing,
+        tokens=result.usage.tokens,
+        seconds=seconds,
+        fallback_reason=result.fallback_reason,
+        problems=problems,
+    )

@@ -1,0 +1,414 @@
+"""Evaluation scenarios: loading scenario files, running them through the real chain with the
+offline models, and ``manage.py eval_scenarios`` as an engineer runs it (a subprocess).
+
+The small scenarios under ``scenario_fixtures/`` are an inventory-service incident: a Redis
+connection pool cut from 64 to 16 by a configuration change at 09:58, "pool exhausted" errors
+from 10:00 and stock-lookup timeouts from 10:02. ``pool-exhaustion.yaml`` expects that
+diagnosis; ``no-cause.yaml`` asks about a symptom the evidence does not show and expects the
+fallback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from chat.wiring import harness_settings
+from harness.llm.base import Models
+from harness.llm.offline import OfflineAnalyst
+from knowledge.models import Chunk, Document, LogEntry, Runbook
+from knowledge.scenarios import (
+    SHIPPED_RUNBOOKS,
+    Scenario,
+    ScenarioError,
+    clear_evidence,
+    find_scenarios,
+    load_evidence,
+    load_scenario,
+    run_scenario,
+)
+from tests.e2e.conftest import database_url_for_children
+
+FIXTURES = Path(__file__).resolve().parent / "scenario_fixtures"
+DIAGNOSED = FIXTURES / "pool-exhaustion.yaml"
+FALLBACK = FIXTURES / "no-cause.yaml"
+ROOT = Path(settings.BASE_DIR)
+
+
+def offline() -> Models:
+    analyst = OfflineAnalyst()
+    return Models(router=analyst, agent=analyst, guard=analyst)
+
+
+def run(scenario: Scenario) -> Any:
+    # Lexical retrieval only: the scenarios do not depend on the embedder, and it keeps them fast.
+    return run_scenario(scenario, models=offline(), embedder=None, application_options={"settings": harness_settings()})
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def variant(tmp_path: Path, name: str, **changes: str) -> Path:
+    """The diagnosed scenario with some lines replaced, written beside absolute evidence paths."""
+    fields = {
+        "question": "Stock lookups in inventory-service are timing out since 10:02, please investigate.",
+        "documents": f"[{FIXTURES / 'docs'}]",
+        "logs": f"[{FIXTURES / 'logs' / 'inventory.jsonl'}]",
+        "tables": str(FIXTURES / "tables.yaml"),
+        "outcome": "diagnosed",
+        "root_cause": "[Redis connection pool exhausted]",
+        "tools": "[lookup_knowledge, query_logs, query_mysql]",
+        **changes,
+    }
+    return write(
+        tmp_path / f"{name}.yaml",
+        f"""name: {name}
+question: {fields["question"]}
+evidence:
+  documents: {fields["documents"]}
+  logs: {fields["logs"]}
+  tables: {fields["tables"]}
+expect:
+  outcome: {fields["outcome"]}
+  root_cause: {fields["root_cause"]}
+  tools: {fields["tools"]}
+""",
+    )
+
+
+# --- loading scenario files ------------------------------------------------------------------
+
+
+def test_a_scenario_file_loads_with_paths_relative_to_it() -> None:
+    scenario = load_scenario(DIAGNOSED)
+    assert scenario.name == "inventory-redis-pool"
+    assert scenario.question.startswith("Stock lookups in inventory-service")
+    assert scenario.documents == ((FIXTURES / "docs").resolve(),)
+    assert scenario.logs == ((FIXTURES / "logs" / "inventory.jsonl").resolve(),)
+    assert scenario.tables == ((FIXTURES / "tables.yaml").resolve(),)
+    assert scenario.runbooks == SHIPPED_RUNBOOKS
+    assert scenario.expect.outcome == "diagnosed"
+    assert scenario.expect.root_cause == ("Redis connection pool exhausted",)
+    assert scenario.expect.tools == ("lookup_knowledge", "query_logs", "query_mysql")
+
+
+def test_defaults_name_from_the_file_and_runbooks_none() -> None:
+    scenario = load_scenario(FALLBACK)
+    assert scenario.name == "no-cause"
+    assert scenario.documents == ((FIXTURES / "docs" / "checkout-faq.txt").resolve(),)
+    assert scenario.tables == () and scenario.runbooks is None
+    assert scenario.expect.outcome == "fallback" and scenario.expect.root_cause == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("evidence: {logs: [a.jsonl]}\n", "needs a 'question'"),
+        ("question: '   '\n", "needs a 'question'"),
+        ("- just\n- a list\n", "needs a 'question'"),
+        ("question: Why?\nexpect: {outcome: fixed}\n", "expect.outcome must be one of diagnosed, fallback"),
+        ("question: Why?\nevidence: [docs]\n", "'evidence' and 'expect' must be mappings"),
+        ("question: Why?\nevidence: {documents: [missing.md]}\n", "evidence.documents: missing.md does not exist"),
+        ("question: Why?\nevidence: {logs: missing.jsonl}\n", "evidence.logs: missing.jsonl does not exist"),
+        pytest.param(
+            "question: Why?\nevidence: {tables: nope.yaml}\n",
+            "evidence.tables: nope.yaml does not exist",
+        ),
+        pytest.param(
+            "question: Why?\nevidence: {runbooks: no-such-folder}\n",
+            "evidence.runbooks: no-such-folder does not exist",
+        ),
+        ("question: Why?\nevidence: {documents: {a: 1}}\n", "evidence.documents must be a path or a list of paths"),
+        ("question: [unclosed\n", "cannot be read as YAML"),
+    ],
+)
+def test_a_bad_scenario_file_is_a_scenario_error_naming_the_file(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path / "broken-scenario.yaml", text)
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(path)
+    assert str(path) in str(raised.value)
+    assert message in str(raised.value)
+
+
+def test_a_missing_scenario_file_is_a_scenario_error(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match=re.escape(str(tmp_path / "gone.yaml"))):
+        load_scenario(tmp_path / "gone.yaml")
+    with pytest.raises(ScenarioError, match="no such file or folder"):
+        find_scenarios([tmp_path / "gone"])
+
+
+def test_find_scenarios_reads_a_folder_and_skips_yaml_that_is_not_a_scenario() -> None:
+    found = find_scenarios([FIXTURES])
+    assert sorted(s.path.name for s in found) == ["no-cause.yaml", "pool-exhaustion.yaml"]
+    # tables.yaml sits in the same folder and is evidence, not a scenario
+    assert (FIXTURES / "tables.yaml").is_file()
+
+
+def test_find_scenarios_takes_files_and_folders_and_reports_broken_yaml(tmp_path: Path) -> None:
+    write(tmp_path / "notes.yml", "owner: sre-team\n")
+    write(tmp_path / "broken.yml", "question: [unclosed\n")
+    with pytest.raises(ScenarioError, match=re.escape(str(tmp_path / "broken.yml"))):
+        find_scenarios([tmp_path])
+    (tmp_path / "broken.yml").unlink()
+    assert find_scenarios([tmp_path]) == []
+    assert [s.name for s in find_scenarios([FALLBACK, tmp_path])] == ["no-cause"]
+
+
+# --- loading evidence ------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_load_evidence_replaces_whatever_was_loaded_before(tmp_path: Path) -> None:
+    sql_path = tmp_path / "business.sqlite3"
+    assert load_evidence(load_scenario(DIAGNOSED), embedder=None, sql_path=sql_path) == []
+    assert Document.objects.filter(status="indexed").count() == 2 == Document.objects.count()
+    assert Chunk.objects.count() >= 3
+    assert LogEntry.objects.count() == 21
+    assert Runbook.objects.exists()
+    assert sql_path.is_file()
+
+    assert load_evidence(load_scenario(FALLBACK), embedder=None, sql_path=tmp_path / "unused.sqlite3") == []
+    assert list(Document.objects.values_list("filename", flat=True)) == ["checkout-faq.txt"]
+    assert LogEntry.objects.count() == 21
+    assert not Runbook.objects.exists()
+    assert not (tmp_path / "unused.sqlite3").exists()
+
+    clear_evidence()
+    assert not Document.objects.exists() and not Chunk.objects.exists() and not LogEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_several_table_files_are_merged_into_the_scratch_database(tmp_path: Path) -> None:
+    extra = write(
+        tmp_path / "more-tables.yaml",
+        "config_changes:\n"
+        "  columns: {id: integer, service: text, config_key: text, old_value: text, new_value: text, changed_at: datetime}\n"
+        '  rows: [[3, inventory-service, redis.timeout_ms, "500", "3000", "2026-05-10 10:20:00"]]\n',
+    )
+    path = variant(tmp_path, "two-table-files", tables=f"[{FIXTURES / 'tables.yaml'}, {extra}]")
+    sql_path = tmp_path / "b.sqlite3"
+    assert load_evidence(load_scenario(path), embedder=None, sql_path=sql_path) == []
+    with sqlite3.connect(sql_path) as conn:
+        ids = [row[0] for row in conn.execute("SELECT id FROM config_changes")]
+        stock = conn.execute("SELECT COUNT(*) FROM stock_levels").fetchone()[0]
+    conn.close()
+    assert ids == [1, 2, 3] and stock == 2
+
+
+@pytest.mark.django_db
+def test_a_document_that_cannot_be_indexed_is_reported_not_raised(tmp_path: Path) -> None:
+    write(tmp_path / "empty.md", "   \n\n")
+    path = variant(tmp_path, "empty-doc", documents=f"[{tmp_path / 'empty.md'}]")
+    problems = load_evidence(load_scenario(path), embedder=None, sql_path=tmp_path / "b.sqlite3")
+    assert len(problems) == 1 and problems[0].startswith("empty.md: ")
+
+
+@pytest.mark.django_db
+def test_bad_tables_are_reported_as_a_problem(tmp_path: Path) -> None:
+    tables = write(tmp_path / "tables.yaml", "config_changes:\n  columns: {id: uuid}\n  rows: []\n")
+    path = variant(tmp_path, "bad-tables", tables=str(tables))
+    problems = load_evidence(load_scenario(path), embedder=None, sql_path=tmp_path / "b.sqlite3")
+    assert len(problems) == 1 and "column id has type 'uuid'" in problems[0]
+
+
+# --- running and scoring ---------------------------------------------------------------------
+# transaction=True: the tool boundary runs each tool on a worker thread with its own database
+# connection, which sees only committed rows.
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_diagnosed_scenario_passes() -> None:
+    result = run(load_scenario(DIAGNOSED))
+    assert result.problems == []
+    assert result.passed
+    assert result.outcome == "diagnosed" and result.root_cause_hit
+    assert "redis connection pool exhausted" in result.root_cause.lower()
+    assert {"lookup_knowledge", "query_logs", "query_mysql"} <= set(result.tools_called)
+    assert result.tool_calls >= len(result.tools_called)
+    assert result.tools_missing == []
+    assert result.citations > 0 and result.citations_valid == result.citations
+    assert result.tokens > 0 and result.seconds > 0
+    assert result.fallback_reason is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_fallback_scenario_passes() -> None:
+    result = run(load_scenario(FALLBACK))
+    assert result.problems == []
+    assert result.passed and result.outcome == "fallback"
+    assert result.root_cause == ""
+    assert result.citations == 0
+    assert "query_logs" in result.tools_called
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_wrong_root_cause_phrase_fails_naming_the_phrase(tmp_path: Path) -> None:
+    path = variant(tmp_path, "wrong-cause", root_cause="[Redis connection pool exhausted, disk full]")
+    result = run(load_scenario(path))
+    assert not result.passed and not result.root_cause_hit
+    assert result.outcome == "diagnosed"
+    assert result.problems == ["root cause misses: disk full"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tool_that_was_not_called_fails_naming_the_tool(tmp_path: Path) -> None:
+    path = variant(tmp_path, "missing-tool", tools="[query_logs, query_traces]")
+    result = run(load_scenario(path))
+    assert not result.passed
+    assert result.root_cause_hit  # the diagnosis itself was right
+    assert result.tools_missing == ["query_traces"]
+    assert result.problems == ["tools not called: query_traces"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_expecting_a_diagnosis_where_the_evidence_shows_none_fails(tmp_path: Path) -> None:
+    path = variant(tmp_path, "hopeful", question="Search results are slow since 11:00 today, please investigate.")
+    result = run(load_scenario(path))
+    assert not result.passed and result.outcome == "fallback"
+    assert "expected diagnosed, got fallback" in result.problems
+
+
+@pytest.mark.django_db(transaction=True)
+def test_expecting_a_fallback_where_the_evidence_shows_the_cause_fails(tmp_path: Path) -> None:
+    path = variant(tmp_path, "pessimist", outcome="fallback", root_cause="[]", tools="[]")
+    result = run(load_scenario(path))
+    assert not result.passed and result.outcome == "diagnosed"
+    assert result.problems == ["expected fallback, got diagnosed"]
+
+
+# --- manage.py eval_scenarios ----------------------------------------------------------------
+
+
+def eval_command(*args: str | Path, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "eval_scenarios", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture
+def command_env(tmp_path: Path) -> dict[str, str]:
+    """The command as an engineer runs it: offline models, lexical retrieval, its own VAR_DIR,
+    and DATABASE_URL pointing at the test database (which it must leave alone)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LLM_", "OPENAI_", "EMBEDDINGS_", "EVIDENCE_", "SBA_EVAL"))
+    }
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.test_settings",
+            "DATABASE_URL": database_url_for_children(),
+            "VAR_DIR": str(tmp_path / "var"),
+            "EMBEDDINGS_PROVIDER": "none",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    return env
+
+
+@pytest.fixture
+def guarded_database(transactional_db: None) -> Any:
+    """Rows committed in the test database, which an evaluation would wipe if it ran there."""
+    from knowledge import services
+
+    uploaded = services.document_upload(
+        owner=None, filename="keep-me.md", data=b"# Keep me\n\nThis document must survive.\n", enqueue=False
+    )
+    services.document_index(document_id=str(uploaded.document.id), embedder=None)
+    LogEntry.objects.create(
+        ts="2026-05-10T08:00:00Z", service="guard", level=3, message="this line must survive", source="test"
+    )
+
+    def snapshot() -> tuple[list[str], list[str], int]:
+        return (
+            sorted(Document.objects.values_list("filename", flat=True)),
+            sorted(LogEntry.objects.values_list("message", flat=True)),
+            Chunk.objects.count(),
+        )
+
+    return snapshot
+
+
+def test_the_command_passes_on_the_fixture_scenarios_and_leaves_the_database_alone(
+    command_env: dict[str, str], guarded_database: Any, tmp_path: Path
+) -> None:
+    before = guarded_database()
+    done = eval_command(FIXTURES, "--json", env=command_env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["passed"] == report["total"] == 2
+    by_name = {s["name"]: s for s in report["scenarios"]}
+    assert set(by_name) == {"inventory-redis-pool", "no-cause"}
+    diagnosed = by_name["inventory-redis-pool"]
+    assert diagnosed["passed"] and diagnosed["outcome"] == diagnosed["expected_outcome"] == "diagnosed"
+    assert diagnosed["root_cause_hit"] and "Redis connection pool exhausted" in diagnosed["root_cause"]
+    assert diagnosed["citations"] == diagnosed["citations_valid"] > 0
+    assert diagnosed["problems"] == [] and diagnosed["tokens"] > 0
+    assert by_name["no-cause"]["outcome"] == "fallback" and by_name["no-cause"]["passed"]
+
+    assert guarded_database() == before
+    # the scratch database it ran on is gone
+    assert list((tmp_path / "var" / "eval").glob("*")) == []
+
+
+def test_the_command_fails_when_a_scenario_misses(
+    command_env: dict[str, str], guarded_database: Any, tmp_path: Path
+) -> None:
+    before = guarded_database()
+    failing = variant(tmp_path, "wrong-cause", root_cause="[disk full]")
+    done = eval_command(failing, FALLBACK, "--json", env=command_env)
+    assert done.returncode != 0
+    report = json.loads(done.stdout)
+    assert report["passed"] == 1 and report["total"] == 2
+    missed = next(s for s in report["scenarios"] if s["name"] == "wrong-cause")
+    assert not missed["passed"] and not missed["root_cause_hit"]
+    assert missed["problems"] == ["root cause misses: disk full"]
+    assert "1 of 2 scenarios missed" in done.stderr
+    assert guarded_database() == before
+
+
+def test_the_command_prints_a_readable_table(
+    command_env: dict[str, str], guarded_database: Any, tmp_path: Path
+) -> None:
+    missing_tool = variant(tmp_path, "missing-tool", tools="[query_logs, query_traces]")
+    done = eval_command(DIAGNOSED, missing_tool, env=command_env)
+    assert done.returncode != 0
+    lines = done.stdout.splitlines()
+    passed = next(line for line in lines if line.startswith("PASS  inventory-redis-pool"))
+    assert "root cause hit: yes" in passed and "outcome: diagnosed" in passed
+    failed = lines.index(next(line for line in lines if line.startswith("FAIL  missing-tool")))
+    assert lines[failed + 1].strip() == "- tools not called: query_traces"
+    assert "1/2 scenarios passed; root cause hit 2/2" in done.stdout
+    assert "1 of 2 scenarios missed" in done.stderr
+
+
+def test_the_command_reports_a_bad_scenario_file_clearly(
+    command_env: dict[str, str], guarded_database: Any, tmp_path: Path
+) -> None:
+    before = guarded_database()
+    bad = write(tmp_path / "bad.yaml", "question: Why?\nexpect: {outcome: maybe}\n")
+    done = eval_command(FALLBACK, bad, "--json", env=command_env)
+    assert done.returncode != 0
+    assert f"{bad}: expect.outcome must be one of diagnosed, fallback" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout.strip() == ""  # nothing ran: a bad file stops the evaluation before it starts
+
+    assert guarded_database() == before
+    assert list((tmp_path / "var" / "eval").glob("*")) == []  # the scratch database is removed on errors too
