@@ -45,9 +45,16 @@ MIN_CAUSE_SCORE = 3.0
 #: The log window searched around a symptom's onset: causes start shortly before it.
 INCIDENT_LEAD = timedelta(minutes=60)
 INCIDENT_TAIL = timedelta(minutes=15)
+#: A pattern seen this soon after the window opened may well have begun before it.
+WINDOW_EDGE = timedelta(minutes=2)
 #: A recorded change can explain a pattern that starts up to a day after it.
 CHANGE_LOOKBACK = timedelta(days=1)
 CHANGE_GRACE = timedelta(minutes=5)
+#: How many of the tables that look like change records are read (best matching first).
+MAX_CHANGE_TABLES = 3
+#: How many services named in the question get a log query of their own.
+MAX_NAMED_SERVICES = 2
+_SERVICE_NAME = re.compile(r"(?<![\w./-])[a-z][a-z0-9]*(?:-[a-z0-9]+)+(?![\w/-])")
 MAX_QUOTE_CHARS = 240
 
 
@@ -162,12 +169,18 @@ def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
                 call_id=obs.call_id,
                 windowed=bool(obs.args.get("start") or obs.args.get("end")),
             )
-            # A query over the incident window describes the incident better than one over all
-            # time (where the same message from another day would blur when it began).
+            if found.windowed and found.first is not None and _opens_window(found.first, obs.args.get("start")):
+                # Already there when the window opened: when it began is unknown, not "just now".
+                found.first = None
             known = patterns.get(found.template)
-            if known is None or (found.windowed, found.count) > (known.windowed, known.count):
+            if known is None or found.count > known.count:
                 patterns[found.template] = found
     return list(patterns.values()), ignored
+
+
+def _opens_window(first: datetime, start: Any) -> bool:
+    opened = parse_ts(start)
+    return opened is not None and first - opened <= WINDOW_EDGE
 
 
 def _templates_from_lines(lines: list[Any]) -> list[dict[str, Any]]:
@@ -429,6 +442,11 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
             calls.append((LOOKUP_KNOWLEDGE, {"query": conv.question[:500], "top_k": 5}))
         if QUERY_LOGS in conv.tools:
             calls.append((QUERY_LOGS, {"query": "", "level": "WARN", "limit": 100}))
+            # The services the reporter names: their warnings, even if louder ones fill the rest.
+            calls.extend(
+                (QUERY_LOGS, {"query": "", "service": name, "level": "WARN", "limit": 100})
+                for name in named_services(conv.question)[:MAX_NAMED_SERVICES]
+            )
     elif conv.tool_steps == 1:
         ev = _gather(conv)
         if QUERY_LOGS in conv.tools and ev.symptom is not None and ev.symptom.first is not None:
@@ -446,6 +464,12 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
                 query = f"{topic} {literal(analysis.cause.template)} remediation fix".strip()
                 calls.append((LOOKUP_KNOWLEDGE, {"query": query[:200], "top_k": 5}))
     return [(name, args) for name, args in calls if not conv.called(name, args)]
+
+
+def named_services(question: str) -> list[str]:
+    """Service-like names in the question: lower-case words joined by hyphens (billing-service,
+    order-export, ledger-api), in order of mention."""
+    return list(dict.fromkeys(m.group(0) for m in _SERVICE_NAME.finditer(question)))
 
 
 def _incident_window(onset: datetime) -> dict[str, Any]:
@@ -483,7 +507,7 @@ def _change_queries(conv: Conversation, focus: Pattern, onset: datetime | None) 
             ranked.append((value, table, columns))
     ranked.sort(key=lambda item: -item[0])
     out = []
-    for _, table, columns in ranked[:2]:
+    for _, table, columns in ranked[:MAX_CHANGE_TABLES]:
         if not re.fullmatch(r"[A-Za-z_][\w]*", table):
             continue
         time_column = next((c for c in columns if TIME_COLUMN.search(c.lower()) and re.fullmatch(r"\w+", c)), None)

@@ -99,7 +99,7 @@ CAUSE_TERMS = frozenset(
         "misconfigured",
         "missing",
         "blocked",
-        "contention",
+        "contended",  # not "contention": this stemmer makes that "content"
         "starvation",
         "degraded",
         "unhealthy",
