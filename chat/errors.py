@@ -95,6 +95,11 @@ _DRF_CODES: list[tuple[type[exceptions.APIException], str, str]] = [
 ]
 
 
+def _accepted_media_types(context: dict[str, Any]) -> list[str]:
+    view = context.get("view")
+    return [str(parser.media_type) for parser in getattr(view, "parser_classes", ())]
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's EXCEPTION_HANDLER."""
     if isinstance(exc, ApplicationError):
@@ -111,6 +116,15 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             "invalid_request", "The request is not valid.", {"fields": _validation_details(exc.detail)}
         )
         return response
+    accepted = _accepted_media_types(context)
+    if accepted and "application/json" not in accepted:
+        # Endpoints that take something else (uploads are multipart) say so.
+        if isinstance(exc, exceptions.ParseError):
+            response.data = envelope("invalid_body", f"The request body is not valid {' or '.join(accepted)}.")
+            return response
+        if isinstance(exc, exceptions.UnsupportedMediaType):
+            response.data = envelope("unsupported_media_type", f"Send {' or '.join(accepted)}.")
+            return response
     for kind, code, message in _DRF_CODES:
         if isinstance(exc, kind):
             response.data = envelope(code, message)

@@ -128,7 +128,8 @@ class DatabaseKnowledgeSearch:
         without = chunks - Chunk.objects.filter(embedding_model=name).count() if name else chunks
         return {
             "engine": "local",
-            "mode": "hybrid" if name else "lexical",
+            # What a search does now: dense retrieval needs chunks embedded by this very model.
+            "mode": "hybrid" if name and without < chunks else "lexical",
             "embedder": name or "none",
             "chunks": chunks,
             "chunks_without_vectors": without,

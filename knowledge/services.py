@@ -46,17 +46,28 @@ def chunk_limits() -> ChunkLimits:
     )
 
 
-def _enqueue(document: Document) -> None:
+UPLOAD_NOT_QUEUED = "the task queue was unavailable; upload it again"
+
+
+def document_enqueue(document: Document) -> None:
+    """Queue (again) the indexing of a pending document; the task is idempotent."""
+    _enqueue(document, on_failure=None)
+
+
+def _enqueue(document: Document, *, on_failure: str | None = UPLOAD_NOT_QUEUED) -> None:
+    """Queue the indexing task; when the broker cannot take it, mark the document failed with
+    ``on_failure`` (unless None) and raise :class:`QueueUnavailable`."""
     from knowledge.tasks import index_document
 
     try:
         index_document.apply_async(args=[str(document.id)], retry=False)
     except Exception as exc:  # noqa: BLE001 - any broker failure means it would never be indexed
         logger.warning("document %s: broker unavailable: %s", document.id, type(exc).__name__)
-        Document.objects.filter(pk=document.pk, status=DocumentStatus.PENDING).update(
-            status=DocumentStatus.FAILED, failure_reason="the task queue was unavailable; upload it again"
-        )
-        raise QueueUnavailable() from None
+        if on_failure is not None:
+            Document.objects.filter(pk=document.pk, status=DocumentStatus.PENDING).update(
+                status=DocumentStatus.FAILED, failure_reason=on_failure
+            )
+        raise QueueUnavailable("The task queue is unavailable; try again shortly.") from None
 
 
 def document_upload(*, owner: Any, filename: str, data: bytes, title: str = "", enqueue: bool = True) -> Uploaded:
@@ -179,14 +190,23 @@ def knowledge_rebuild(*, enqueue: bool = True) -> int:
     documents were queued.
     """
     with transaction.atomic():
-        ids = list(
+        before = list(
             Document.objects.select_for_update()
             .filter(Q(content__isnull=False) | ~Q(text=""))
-            .values_list("id", flat=True)
+            .values_list("id", "status", "failure_reason")
         )
+        ids = [document_id for document_id, _, _ in before]
         Document.objects.filter(id__in=ids).update(status=DocumentStatus.PENDING, failure_reason="")
         index_bump()
     if enqueue:
-        for document_id in ids:
-            _enqueue(Document(pk=document_id))
+        for i, document_id in enumerate(ids):
+            try:
+                _enqueue(Document(pk=document_id), on_failure=None)
+            except QueueUnavailable:
+                # Nothing is queued for these: they keep their chunks and their former status.
+                for rest_id, status, reason in before[i:]:
+                    Document.objects.filter(pk=rest_id, status=DocumentStatus.PENDING).update(
+                        status=status, failure_reason=reason
+                    )
+                raise
     return len(ids)

@@ -12,6 +12,7 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 
 from chat.errors import ApplicationError
 from knowledge import services
+from knowledge.embeddings import EmbeddingUnavailable
 from knowledge.extract import TYPES
 from knowledge.models import Document
 
@@ -46,7 +47,10 @@ class Command(BaseCommand):
         files = collect([Path(p) for p in options["paths"]])
         if not files:
             raise CommandError("no supported files found (" + ", ".join(sorted(TYPES)) + ")")
-        model = None if options["queue"] else embedder()
+        try:
+            model = None if options["queue"] else embedder()
+        except EmbeddingUnavailable as exc:
+            raise CommandError(f"the embedder is not usable: {exc}") from None
         outcomes: Counter[str] = Counter()
         problems: list[str] = []
         limit = int(settings.KNOWLEDGE["MAX_UPLOAD_BYTES"])
@@ -67,6 +71,13 @@ class Command(BaseCommand):
                 outcomes["unchanged"] += 1
                 continue
             if options["queue"]:
+                if not uploaded.created:  # still pending from an earlier run: queue it again
+                    try:
+                        services.document_enqueue(uploaded.document)
+                    except ApplicationError as exc:
+                        outcomes["failed"] += 1
+                        problems.append(f"{path}: {exc.message}")
+                        continue
                 outcomes["queued"] += 1
                 continue
             status = services.document_index(document_id=str(uploaded.document.id), embedder=model)
