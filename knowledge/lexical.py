@@ -46,11 +46,18 @@ def _stemmer() -> Stemmer.Stemmer:
 
 
 def terms(text: str) -> list[str]:
-    """Index terms of ``text``, in order, with repeats (BM25 counts them)."""
-    stem = _stemmer().stemWord
-    out = []
-    for token in tokens(_CJK_FUNCTION_WORDS.sub(" ", text)):
-        if token in STOPWORDS:
-            continue
-        out.append(stem(token) if _ASCII_WORD.fullmatch(token) else token)
+    """Index terms of ``text``, with repeats (BM25 counts them)."""
+    out: list[str] = []
+    for word in _CJK_FUNCTION_WORDS.sub(" ", text).split():
+        out.extend(_word_terms(word))
     return out
+
+
+@functools.lru_cache(maxsize=262_144)
+def _word_terms(word: str) -> tuple[str, ...]:
+    # Per whitespace-separated word, cached: a corpus repeats its words, and tokenising and
+    # stemming dominate building the index. No token spans whitespace, so this is exact.
+    stem = _stemmer().stemWord
+    return tuple(
+        stem(token) if _ASCII_WORD.fullmatch(token) else token for token in tokens(word) if token not in STOPWORDS
+    )

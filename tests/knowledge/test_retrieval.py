@@ -45,6 +45,23 @@ def test_terms_are_stemmed_without_stopwords_and_split_identifiers() -> None:
     assert terms("") == []
 
 
+@pytest.mark.parametrize(
+    "text", [*CORPUS.values(), "HikariPool-1 连接池pool耗尽了怎么办 db.pool.max_size=8", "  \n\t "]
+)
+def test_terms_per_cached_word_are_the_terms_of_the_whole_text(text: str) -> None:
+    from collections import Counter
+
+    from harness.text import STOPWORDS, tokens
+    from knowledge.lexical import _CJK_FUNCTION_WORDS, _stemmer
+
+    whole = [
+        _stemmer().stemWord(t) if t.isascii() and t.isalpha() else t
+        for t in tokens(_CJK_FUNCTION_WORDS.sub(" ", text))
+        if t not in STOPWORDS
+    ]
+    assert Counter(terms(text)) == Counter(whole)
+
+
 # --- lexical ------------------------------------------------------------------------------
 
 
