@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -29,6 +29,9 @@ from knowledge.runbooks import DatabaseRunbooks
 from knowledge.search import DatabaseKnowledgeSearch
 from knowledge.sqlsource import sql_source_from_settings
 from traces.stores import DjangoAuditSinks, DjangoRunStore
+
+if TYPE_CHECKING:
+    from knowledge.milvus import MilvusKnowledgeSearch
 
 ROLES = ("router", "agent", "guard")
 
@@ -96,10 +99,25 @@ def embedder() -> Embedder | None:
 
 
 @functools.cache
-def knowledge_search() -> DatabaseKnowledgeSearch:
+def knowledge_search() -> DatabaseKnowledgeSearch | MilvusKnowledgeSearch:
+    """``KNOWLEDGE_ENGINE``: ``local`` (an index in this process's memory) or ``milvus``."""
     k: dict[str, Any] = settings.KNOWLEDGE
     config = RetrievalConfig(min_coverage=k["MIN_COVERAGE"], min_cosine=k["MIN_COSINE"])
-    return DatabaseKnowledgeSearch(embedder=embedder(), config=config)
+    engine = k.get("ENGINE", "local")
+    if engine == "local":
+        return DatabaseKnowledgeSearch(embedder=embedder(), config=config)
+    if engine == "milvus":
+        from knowledge.milvus import MilvusKnowledgeSearch  # pymilvus is imported only when chosen
+
+        return MilvusKnowledgeSearch(
+            embedder=embedder(),
+            uri=k["MILVUS_URI"],
+            collection=k["MILVUS_COLLECTION"],
+            token=k["MILVUS_TOKEN"],
+            timeout_s=k["MILVUS_TIMEOUT_S"],
+            config=config,
+        )
+    raise ImproperlyConfigured(f"KNOWLEDGE_ENGINE must be local or milvus, not {engine!r}")
 
 
 def _database_backends() -> dict[str, Any]:

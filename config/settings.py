@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import dj_database_url
@@ -220,23 +221,35 @@ LOGGING = {
     },
 }
 
-# Where the evidence tools look. "example": the bundled in-memory incident (until the
-# knowledge app's real backends are configured); "none": no evidence tools at all.
-EVIDENCE_SOURCE = env_str("EVIDENCE_SOURCE", "example")
+# Where the evidence tools look. "database": the knowledge base, log store, runbooks and the
+# business datasource of the knowledge app; "example": the small incident bundled with the
+# harness, in memory; "none": no evidence tools at all.
+EVIDENCE_SOURCE = env_str("EVIDENCE_SOURCE", "database")
 # Added to every evidence call: to see a run's progress in the demo, or to test cancelling.
 EVIDENCE_LATENCY_S = env_float("EVIDENCE_LATENCY_S", 0.0)
 
 # The knowledge base (knowledge app). Uploads larger than MAX_UPLOAD_BYTES are refused with 413.
 # A chunk counts as evidence when it holds MIN_COVERAGE of the query's informative terms
 # (IDF-weighted) or its embedding is at least MIN_COSINE close to the query's.
-KNOWLEDGE = {
+# ENGINE "local": each process indexes the chunks in memory; "milvus": a Milvus collection at
+# MILVUS_URI (a server, or a milvus-lite .db file, which only one process can open), kept in
+# line with the database by the searching processes (knowledge/milvus.py).
+KNOWLEDGE: dict[str, Any] = {
     "MAX_UPLOAD_BYTES": env_int("KNOWLEDGE_MAX_UPLOAD_BYTES", 10 * 1024 * 1024),
     "CHUNK_MAX_CHARS": env_int("KNOWLEDGE_CHUNK_MAX_CHARS", 1_200),
     "CHUNK_MAX_TOKENS": env_int("KNOWLEDGE_CHUNK_MAX_TOKENS", 256),
     "CHUNK_OVERLAP_CHARS": env_int("KNOWLEDGE_CHUNK_OVERLAP_CHARS", 200),
     "MIN_COVERAGE": env_float("KNOWLEDGE_MIN_COVERAGE", 0.5),
     "MIN_COSINE": env_float("KNOWLEDGE_MIN_COSINE", 0.40),
+    "ENGINE": env_str("KNOWLEDGE_ENGINE", "local"),
+    "MILVUS_URI": env_str("MILVUS_URI", str(VAR_DIR / "milvus.db")),
+    "MILVUS_TOKEN": env_str("MILVUS_TOKEN", ""),
+    "MILVUS_COLLECTION": env_str("MILVUS_COLLECTION", "superbizagent_chunks"),
+    "MILVUS_TIMEOUT_S": env_float("MILVUS_TIMEOUT_S", 10.0),
 }
+# Threads numpy's BLAS may use per process (embeddings, dense search); 0 leaves its default
+# (one per core), which only contends when several service processes share the cores.
+BLAS_THREADS = env_int("BLAS_THREADS", 1)
 # Embeddings for dense retrieval: "local" (all-MiniLM-L6-v2, shipped in a package, CPU),
 # "openai" (any OpenAI-compatible /v1/embeddings endpoint) or "none" (lexical retrieval only).
 EMBEDDINGS = {

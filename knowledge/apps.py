@@ -1,6 +1,7 @@
 import logging
 
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class KnowledgeConfig(AppConfig):
@@ -12,3 +13,10 @@ class KnowledgeConfig(AppConfig):
         import bm25s  # type: ignore[import-untyped]  # noqa: F401
 
         logging.getLogger("bm25s").setLevel(logging.WARNING)
+        # numpy's BLAS starts a thread per core for every product. In a service that already runs
+        # several web and worker processes per core, those threads only contend: one each is faster.
+        threads = int(getattr(settings, "BLAS_THREADS", 1))
+        if threads > 0:
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(limits=threads, user_api="blas")
