@@ -119,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     call_command("migrate", interactive=False, verbosity=0)
     redis_client().flushdb()
-    env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "LOG_LEVEL": "WARNING"}
+    # The bundled in-memory incident: the figures measure the service, not the evidence stores.
+    env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "LOG_LEVEL": "WARNING", "EVIDENCE_SOURCE": "example"}
     stack = Stack(port=free_port(), env=env, web_workers=args.web_workers, worker_concurrency=args.worker_concurrency)
     results: dict[str, Any] = {}
     with stack:

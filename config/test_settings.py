@@ -20,5 +20,7 @@ EVENTSTREAM_REDIS = {
     "db": int((_r.path or "/15").lstrip("/") or 15),
     **({"password": _r.password} if _r.password else {}),
 }
+# The service tests use the bundled in-memory incident; the knowledge tests set "database".
+EVIDENCE_SOURCE = os.environ.get("EVIDENCE_SOURCE", "example")
 HARNESS = {**HARNESS, "DEADLINE_S": float(os.environ.get("RUN_DEADLINE_S", "60"))}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -61,7 +61,7 @@ def test_readyz_reports_every_dependency(service: Any) -> None:
     assert checks["redis"]["detail"] == "ping"
     assert checks["broker"]["detail"] == "connected"
     assert checks["model_provider"]["detail"] == {"router": "offline", "agent": "offline", "guard": "offline"}
-    assert checks["evidence"]["detail"] == "example"
+    assert checks["evidence"]["detail"] == {"source": "example"}
 
 
 def test_healthz_is_ok_and_needs_no_key(service: Any) -> None:

@@ -13,7 +13,10 @@ from httpx_sse import connect_sse
 from chat.services import api_key_create
 from chat.stack import Stack, free_port
 
-QUESTION = "Payments are timing out since about 10:00 UTC — what is going on?"
+QUESTION = (
+    "Since about 10:00 UTC on 3 November customers cannot pay — checkout says the payment timed out. "
+    "What is the root cause?"
+)
 
 
 def _wrap(text: str, indent: str = "    ") -> str:
@@ -56,9 +59,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
-        stack = Stack(
-            port=free_port(), env={"EVIDENCE_LATENCY_S": str(options["latency"])}, log_dir=settings.VAR_DIR / "logs"
-        )
+        self.stdout.write("loading the demo incidents (documents, runbooks, logs, business tables)…")
+        call_command("seed_demo", quiet=True, stdout=self.stdout)
+        env = {"EVIDENCE_SOURCE": "database", "EVIDENCE_LATENCY_S": str(options["latency"])}
+        stack = Stack(port=free_port(), env=env, log_dir=settings.VAR_DIR / "logs")
         self.stdout.write("starting Redis (if needed), the ASGI server and a Celery worker…")
         with stack:
             _, key = api_key_create(username="demo")
