@@ -50,13 +50,13 @@ from pymilvus import (  # type: ignore[import-untyped]
 from rest_framework import status as http_status
 
 from chat.errors import ApplicationError
-from harness.ports import KnowledgeChunk, KnowledgeResult
+from harness.ports import KnowledgeResult
 from knowledge.chunking import search_text
 from knowledge.embeddings import Embedder, EmbeddingUnavailable, Vectors, from_bytes
 from knowledge.lexical import terms
 from knowledge.models import Chunk
 from knowledge.retrieval import Hit, RetrievalConfig, duplicate_key
-from knowledge.search import LOAD_BATCH, index_version
+from knowledge.search import LOAD_BATCH, index_version, knowledge_result
 
 logger = logging.getLogger(__name__)
 
@@ -387,18 +387,7 @@ class MilvusKnowledgeSearch:
         return found, mode
 
     def search(self, query: str, top_k: int) -> KnowledgeResult:
-        found, mode = self.matches(query, top_k)
-        chunks = tuple(
-            KnowledgeChunk(
-                document_id=str(row.document_id),
-                title=row.document.title,
-                section=row.heading_path,
-                text=row.text,
-                score=round(hit.relevance, 4),
-            )
-            for hit, row in found
-        )
-        return KnowledgeResult(chunks=chunks, evidence_status="ok" if chunks else "no_evidence", retrieval_mode=mode)
+        return knowledge_result(*self.matches(query, top_k))
 
     def status(self) -> dict[str, Any]:
         """For readyz and the admin: how retrieval works right now, without secrets.

@@ -31,6 +31,21 @@ def index_version() -> int:
     return int(row or 0)
 
 
+def knowledge_result(found: list[tuple[Hit, Chunk]], mode: str) -> KnowledgeResult:
+    """The graded hits of either engine as the harness's ``KnowledgeResult``."""
+    chunks = tuple(
+        KnowledgeChunk(
+            document_id=str(row.document_id),
+            title=row.document.title,
+            section=row.heading_path,
+            text=row.text,
+            score=round(hit.relevance, 4),
+        )
+        for hit, row in found
+    )
+    return KnowledgeResult(chunks=chunks, evidence_status="ok" if chunks else "no_evidence", retrieval_mode=mode)
+
+
 class DatabaseKnowledgeSearch:
     def __init__(self, *, embedder: Embedder | None, config: RetrievalConfig | None = None) -> None:
         self.embedder = embedder
@@ -108,18 +123,7 @@ class DatabaseKnowledgeSearch:
         return found[:top_k], mode
 
     def search(self, query: str, top_k: int) -> KnowledgeResult:
-        found, mode = self.matches(query, top_k)
-        chunks = tuple(
-            KnowledgeChunk(
-                document_id=str(row.document_id),
-                title=row.document.title,
-                section=row.heading_path,
-                text=row.text,
-                score=round(hit.relevance, 4),
-            )
-            for hit, row in found
-        )
-        return KnowledgeResult(chunks=chunks, evidence_status="ok" if chunks else "no_evidence", retrieval_mode=mode)
+        return knowledge_result(*self.matches(query, top_k))
 
     def status(self) -> dict[str, Any]:
         """For readyz and the admin: how retrieval works right now, without secrets."""

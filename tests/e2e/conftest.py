@@ -3,6 +3,7 @@ database and the test Redis database, driven over HTTP by a real SSE client."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,25 +26,43 @@ def database_url_for_children() -> str:
     return f"{scheme}://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 3306}/{s['NAME']}"
 
 
-@pytest.fixture(scope="module")
-def live_stack(
-    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def running_stack(
+    django_db_blocker: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    *,
+    env: dict[str, str],
+    worker_concurrency: int,
 ) -> Iterator[Stack]:
+    """The ASGI server and a Celery worker on the test database and Redis, stopped afterwards
+    (per module: no worker outlives its tests to consume other tests' queued tasks)."""
     from django.conf import settings
 
     with django_db_blocker.unblock():
-        env = {
+        base = {
             "DJANGO_SETTINGS_MODULE": "config.test_settings",
             "DATABASE_URL": database_url_for_children(),
             "TEST_REDIS_URL": settings.REDIS_URL,
             "VAR_DIR": os.environ.get("VAR_DIR", str(settings.VAR_DIR)),
-            # Slow enough evidence that a test can watch (and cancel) a run mid-flight.
-            "EVIDENCE_LATENCY_S": "0.15",
         }
-        stack = Stack(port=free_port(), env=env, worker_concurrency=2, log_dir=tmp_path_factory.mktemp("stack-logs"))
+        stack = Stack(
+            port=free_port(),
+            env={**base, **env},
+            worker_concurrency=worker_concurrency,
+            log_dir=tmp_path_factory.mktemp("stack-logs"),
+        )
         stack.start(with_redis=False)
     try:
         yield stack
     finally:
-        # Per module: no worker outlives these tests to consume other tests' queued runs.
         stack.stop()
+
+
+@pytest.fixture(scope="module")
+def live_stack(
+    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    # Slow enough evidence that a test can watch (and cancel) a run mid-flight.
+    env = {"EVIDENCE_LATENCY_S": "0.15"}
+    with running_stack(django_db_blocker, tmp_path_factory, env=env, worker_concurrency=2) as stack:
+        yield stack

@@ -9,7 +9,6 @@ hybrid, as in production. The documents are small, so this costs about a second.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from chat.stack import Stack, free_port
+from chat.stack import Stack
 from knowledge.models import Chunk, Document
 from tests.django_fixtures import Caller
-from tests.e2e.conftest import database_url_for_children
+from tests.e2e.conftest import running_stack
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,22 +29,9 @@ pytestmark = pytest.mark.timeout(180)
 def knowledge_stack(
     django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    from django.conf import settings
-
-    with django_db_blocker.unblock():
-        env = {
-            "DJANGO_SETTINGS_MODULE": "config.test_settings",
-            "DATABASE_URL": database_url_for_children(),
-            "TEST_REDIS_URL": settings.REDIS_URL,
-            "VAR_DIR": os.environ.get("VAR_DIR", str(settings.VAR_DIR)),
-            "EMBEDDINGS_PROVIDER": "local",
-        }
-        stack = Stack(port=free_port(), env=env, worker_concurrency=1, log_dir=tmp_path_factory.mktemp("stack-logs"))
-        stack.start(with_redis=False)
-    try:
+    env = {"EMBEDDINGS_PROVIDER": "local"}
+    with running_stack(django_db_blocker, tmp_path_factory, env=env, worker_concurrency=1) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 def client_for(stack: Stack, key: str | None) -> httpx.Client:

@@ -42,6 +42,7 @@ from knowledge.sqlsource import (
     sql_source_from_settings,
     to_scalar,
 )
+from tests.knowledge.mysql import mysql_connect
 from tests.knowledge.test_sql_guard import BYPASS_CORPUS, BYPASS_MYSQL_ONLY, stacked_writes, write_statements
 
 ALLOWED = ("orders", "customers", "big", "wide", "canary")
@@ -129,28 +130,11 @@ def sqlite_backend(tmp_path_factory: pytest.TempPathFactory) -> Backend:
 # --- MySQL / MariaDB -------------------------------------------------------------------------
 
 
-def _mysql_admin(url: str, database: str | None = None) -> Any:
-    import MySQLdb
-
-    parts = urlsplit(url)
-    params: dict[str, Any] = {
-        "host": parts.hostname or "127.0.0.1",
-        "port": parts.port or 3306,
-        "user": parts.username or "root",
-        "password": parts.password or "",
-        "charset": "utf8mb4",
-        "autocommit": True,
-    }
-    if database:
-        params["database"] = database
-    return MySQLdb.connect(**params)
-
-
 @pytest.fixture(scope="module")
 def mysql_backend() -> Iterator[Backend]:
     server = os.environ.get("TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306").rstrip("/")
     try:
-        admin = _mysql_admin(server)
+        admin = mysql_connect(server)
     except Exception as exc:
         pytest.skip(f"no MySQL/MariaDB server for the datasource tests ({type(exc).__name__})")
     database = f"sba_sqlsource_test_{os.getpid()}"
@@ -181,7 +165,7 @@ def mysql_backend() -> Iterator[Backend]:
     )
 
     def fingerprint() -> Any:
-        conn = _mysql_admin(server, database)
+        conn = mysql_connect(server, database)
         try:
             c = conn.cursor()
             c.execute("SHOW FULL TABLES")
@@ -329,7 +313,7 @@ def test_execute_refuses_tables_outside_the_allow_list(backend: Backend) -> None
 def test_a_name_that_could_mean_a_hidden_table_is_not_allowed(mysql_backend: Backend) -> None:
     database = urlsplit(mysql_backend.url).path.lstrip("/")
     server = mysql_backend.url.rsplit("/", 1)[0]
-    conn = _mysql_admin(server, database)
+    conn = mysql_connect(server, database)
     try:
         c = conn.cursor()
         c.execute("SELECT @@lower_case_table_names")
