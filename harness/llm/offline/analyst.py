@@ -449,7 +449,12 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
             )
     elif conv.tool_steps == 1:
         ev = _gather(conv)
-        if QUERY_LOGS in conv.tools and ev.symptom is not None and ev.symptom.first is not None:
+        if (
+            QUERY_LOGS in conv.tools
+            and ev.symptom is not None
+            and ev.symptom.first is not None
+            and not _saw_every_warning(conv)
+        ):
             # What else went wrong around the time the symptom began: causes start shortly before.
             calls.append((QUERY_LOGS, _incident_window(ev.symptom.first)))
         calls.extend(_candidate_calls(conv, ev))
@@ -470,6 +475,18 @@ def named_services(question: str) -> list[str]:
     """Service-like names in the question: lower-case words joined by hyphens (billing-service,
     order-export, ledger-api), in order of mention."""
     return list(dict.fromkeys(m.group(0) for m in _SERVICE_NAME.finditer(question)))
+
+
+def _saw_every_warning(conv: Conversation) -> bool:
+    """Whether an unfiltered WARN query already returned every matching line: then a window
+    could show nothing new."""
+    for obs in conv.results(QUERY_LOGS):
+        unfiltered = not any(obs.args.get(k) for k in ("query", "service", "start", "end"))
+        lines = obs.view.get("lines") or []
+        total = obs.view.get("total")
+        if unfiltered and not obs.truncated and isinstance(total, int) and total <= len(lines):
+            return True
+    return False
 
 
 def _incident_window(onset: datetime) -> dict[str, Any]:
