@@ -406,3 +406,59 @@ def test_an_unrelated_error_that_began_hours_earlier_is_not_taken_for_the_cause(
     run = diagnose(DISK_QUESTION, **disk_full_incident(herring))
 
     assert_disk_diagnosis(run)
+
+
+# --- reading documents and log windows -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sentence", "chinese", "expected"),
+    [
+        ("Revert the pool size change through config-service.", False, True),
+        ("If no change explains it, scale payment-service out instead.", False, False),
+        ("You should restore the index before raising the pool.", False, True),
+        ("Retries from checkout add load, and the breaker opens.", False, False),
+        ("Alert `PaymentErrors` fires when 2% of payments fail.", False, False),
+        ("The worker logs `restart the consumer` when it gives up.", False, False),
+        ("通过 config-service 回滚连接池大小的修改。", False, False),  # an English report
+        ("建议通过 config-service 回滚连接池大小的修改。", True, True),
+        ("之后 HPA 因 CPU 升高扩容，新 Pod 又撞上连接上限。", True, False),
+    ],
+)
+def test_recommendations_are_instructions_not_descriptions(sentence: str, chinese: bool, expected: bool) -> None:
+    from harness.llm.offline.lexicon import is_recommendation
+
+    assert is_recommendation(sentence, chinese=chinese) is expected
+
+
+def test_the_incident_window_describes_a_pattern_and_all_time_says_when_it_began() -> None:
+    from harness.llm.offline.analyst import log_patterns
+    from harness.llm.offline.conversation import Conversation, Observation
+
+    def _conversation(*observations: Observation) -> Conversation:
+        return Conversation("q", None, "", {}, list(observations))
+
+    def templates(count: int, services: list[str], first: str) -> dict[str, Any]:
+        return {"templates": [{"template": "pool exhausted", "count": count, "level": "ERROR",
+                               "services": services, "first_ts": first, "last_ts": "2026-11-03T10:30:00Z",
+                               "example": "pool exhausted"}]}  # fmt: skip
+
+    window = {"query": "", "level": "WARN", "start": "2026-11-03T09:00:00Z", "end": "2026-11-03T10:15:00Z"}
+    overall = Observation("a", "query_logs", {"query": "", "level": "WARN"},
+                          templates(90, ["payment-service", "order-service"], "2026-10-20T08:00:00Z"), None)  # fmt: skip
+    began_inside = Observation(
+        "b", "query_logs", window, templates(40, ["payment-service"], "2026-11-03T10:01:00Z"), None
+    )
+    began_before = Observation(
+        "c", "query_logs", window, templates(40, ["payment-service"], "2026-11-03T09:00:30Z"), None
+    )
+
+    (inside,), _ = log_patterns(_conversation(overall, began_inside))
+    (before,), _ = log_patterns(_conversation(overall, began_before))
+
+    assert (inside.count, inside.services, inside.first) == (
+        40,
+        ("payment-service",),
+        datetime(2026, 11, 3, 10, 1, tzinfo=UTC),
+    )
+    assert before.first == datetime(2026, 10, 20, 8, 0, tzinfo=UTC)  # it was there long before the window

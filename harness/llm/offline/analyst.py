@@ -29,11 +29,11 @@ from harness.guards.quotes import quote_weight, scalar_leaves
 from harness.llm.offline.chat import sentences
 from harness.llm.offline.conversation import Conversation, sql_tables, untruncated
 from harness.llm.offline.lexicon import (
-    ACTION_WORDS,
     CAUSE_TERMS,
     CHANGE_TERMS,
     SYMPTOM_TERMS,
     TIME_COLUMN,
+    is_recommendation,
     salient,
     terms,
 )
@@ -173,7 +173,17 @@ def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
                 # Already there when the window opened: when it began is unknown, not "just now".
                 found.first = None
             known = patterns.get(found.template)
-            if known is None or found.count > known.count:
+            if known is None:
+                patterns[found.template] = found
+            elif found.windowed != known.windowed:
+                # The incident window says how often, where and until when around the incident (the
+                # same message on another day would blur it); a query over all time says when it
+                # began if it was already there when the window opened.
+                window, overall = (found, known) if found.windowed else (known, found)
+                if window.first is None:
+                    window.first = overall.first
+                patterns[found.template] = window
+            elif found.count > known.count:
                 patterns[found.template] = found
     return list(patterns.values()), ignored
 
@@ -389,8 +399,9 @@ def analyse(conv: Conversation) -> Analysis:
 def _recommendations(conv: Conversation, focus: set[str], passage: Passage | None) -> list[str]:
     """Action sentences of the documents, preferring the document of the best passage."""
     picked = []
+    chinese = has_cjk(conv.question)
     for p in knowledge_passages(conv, focus, minimum=1):
-        if not ACTION_WORDS.search(p.sentence):
+        if not is_recommendation(p.sentence, chinese=chinese):
             continue
         same_document = passage is not None and p.title == passage.title
         picked.append((p.score + (3.0 if same_document else 0.0), p.sentence))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from harness.text import content_tokens
+from harness.text import content_tokens, has_cjk
 
 _SUFFIXES = ("ations", "ation", "ions", "ion", "ings", "ing", "ness", "ed", "es", "s")
 
@@ -272,12 +272,35 @@ FRAMING = frozenset(
     ]
 )
 
-ACTION_WORDS = re.compile(
-    r"\b(increase|raise|restore|roll\s*back|revert|restart|scale|reduce|rotate|renew|clear|add|"
-    r"remove|tune|limit|enable|disable|failover|flush|extend|replace|check|verify|monitor|alert)\b"
-    r"|扩容|回滚|恢复|重启|调大|增加|续期|清理|扩展|替换|检查|监控",
-    re.IGNORECASE,
+_ACTION_VERBS = (
+    r"increase|raise|restore|roll\s*back|revert|restart|scale|reduce|rotate|renew|clear|add|"
+    r"remove|tune|limit|enable|disable|failover|fail\s+over|flush|extend|replace|check|verify|monitor|"
+    r"free|delete|rebuild|recreate|re-?issue|re-?create|reset|drain|pin|cap|lower|switch|move|purge|warm"
 )
+ACTION_WORDS = re.compile(
+    rf"\b({_ACTION_VERBS})\b|扩容|回滚|恢复|重启|调大|增加|续期|清理|扩展|替换|检查|监控", re.IGNORECASE
+)
+#: An English instruction: it starts with the verb ("Revert the pool size…"), or says what should be done.
+_IMPERATIVE = re.compile(
+    rf"^[\W\d_]*(?:then\s+|first\s+|always\s+|never\s+|do\s+not\s+)?({_ACTION_VERBS})\b", re.IGNORECASE
+)
+_MODAL = re.compile(r"\b(should|must|needs?\s+to)\b", re.IGNORECASE)
+_QUOTED = re.compile(r"`[^`]*`|“[^”]*”|\"[^\"]*\"|「[^」]*」")
+_ZH_ADVICE = re.compile(r"建议|应当|应该|需要|请|优先|先|再")
+
+
+def is_recommendation(sentence: str, *, chinese: bool) -> bool:
+    """Whether a document sentence tells the reader what to do (not how a failure unfolds).
+
+    Quoted text (log messages, code) does not count; English sentences must be instructions;
+    Chinese ones must name an action and read as advice. In an English report, Chinese
+    sentences are left out.
+    """
+    plain = _QUOTED.sub(" ", sentence)
+    if has_cjk(plain):
+        return chinese and bool(ACTION_WORDS.search(plain)) and bool(_ZH_ADVICE.search(plain))
+    return bool(_IMPERATIVE.match(plain) or (_MODAL.search(plain) and ACTION_WORDS.search(plain)))
+
 
 DIAGNOSIS_CUES = re.compile(
     r"\b(errors?|exceptions?|fail(s|ed|ing|ures?)?|time[ds]?\s*out|timing\s+out|timeouts?|latency|slow(ness|er)?|"
