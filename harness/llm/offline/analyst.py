@@ -52,6 +52,8 @@ CHANGE_LOOKBACK = timedelta(days=1)
 CHANGE_GRACE = timedelta(minutes=5)
 #: How many of the tables that look like change records are read (best matching first).
 MAX_CHANGE_TABLES = 3
+#: Fewer recommendations than this: look up the remediation of the explaining document.
+MIN_RECOMMENDATIONS = 2
 #: How many services named in the question get a log query of their own.
 MAX_NAMED_SERVICES = 2
 _SERVICE_NAME = re.compile(r"(?<![\w./-])[a-z][a-z0-9]*(?:-[a-z0-9]+)+(?![\w/-])")
@@ -391,19 +393,23 @@ def analyse(conv: Conversation) -> Analysis:
     result.passage = passages[0] if passages else None
     result.change = _change_support(cause, ev.rows)[1]
     result.recommendations = _recommendations(
-        conv, focus | (result.change.words if result.change else set()), result.passage
+        conv, focus | (result.change.words if result.change else set()), result.passage, cause.words
     )
     return _limitations(conv, result)
 
 
-def _recommendations(conv: Conversation, focus: set[str], passage: Passage | None) -> list[str]:
-    """Action sentences of the documents, preferring the document of the best passage."""
+def _recommendations(
+    conv: Conversation, focus: set[str], passage: Passage | None, cause_words: set[str]
+) -> list[str]:
+    """Instructions of the document that explains the cause, or of others about the cause itself."""
     picked = []
     chinese = has_cjk(conv.question)
     for p in knowledge_passages(conv, focus, minimum=1):
         if not is_recommendation(p.sentence, chinese=chinese):
             continue
         same_document = passage is not None and p.title == passage.title
+        if not same_document and len(salient(p.sentence) & cause_words) < 2:
+            continue  # advice from a document about something else
         picked.append((p.score + (3.0 if same_document else 0.0), p.sentence))
     picked.sort(key=lambda item: -item[0])
     return list(dict.fromkeys(sentence for _, sentence in picked))[:3]
@@ -475,10 +481,11 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
         calls.extend(_candidate_calls(conv, _gather(conv)))
         if not [c for c in calls if not conv.called(*c)] and LOOKUP_KNOWLEDGE in conv.tools:
             analysis = analyse(conv)
-            if analysis.cause is not None and not analysis.recommendations:
-                topic = analysis.passage.title if analysis.passage else ""
-                query = f"{topic} {literal(analysis.cause.template)} remediation fix".strip()
-                calls.append((LOOKUP_KNOWLEDGE, {"query": query[:200], "top_k": 5}))
+            if analysis.cause is not None and len(analysis.recommendations) < MIN_RECOMMENDATIONS:
+                # The document that explains the cause usually says how to fix it, in its own section.
+                word = "处置" if has_cjk(conv.question) else "remediation"
+                topic = analysis.passage.title if analysis.passage else literal(analysis.cause.template)
+                calls.append((LOOKUP_KNOWLEDGE, {"query": f"{topic} {word}"[:200], "top_k": 5}))
     return [(name, args) for name, args in calls if not conv.called(name, args)]
 
 
