@@ -412,3 +412,23 @@ def test_the_command_reports_a_bad_scenario_file_clearly(
 
     assert guarded_database() == before
     assert list((tmp_path / "var" / "eval").glob("*")) == []  # the scratch database is removed on errors too
+
+
+# --- the shipped demo scenarios ---------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("embeddings", ["local", "none"])
+def test_every_shipped_scenario_is_diagnosed_or_falls_back_as_expected(
+    command_env: dict[str, str], embeddings: str, transactional_db: None
+) -> None:
+    """The offline analyst on the demo incident set, as `manage.py eval_scenarios` runs it by
+    default: hybrid retrieval with the local model, and lexical retrieval alone."""
+    result = eval_command("--json", env={**command_env, "EMBEDDINGS_PROVIDER": embeddings}, timeout=540)
+
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["total"] >= 10 and report["passed"] == report["total"]
+    outcomes = {s["outcome"] for s in report["scenarios"]}
+    assert outcomes == {"diagnosed", "fallback"}
+    assert all(s["citations_valid"] == s["citations"] for s in report["scenarios"])
