@@ -398,9 +398,7 @@ def analyse(conv: Conversation) -> Analysis:
     return _limitations(conv, result)
 
 
-def _recommendations(
-    conv: Conversation, focus: set[str], passage: Passage | None, cause_words: set[str]
-) -> list[str]:
+def _recommendations(conv: Conversation, focus: set[str], passage: Passage | None, cause_words: set[str]) -> list[str]:
     """Instructions of the document that explains the cause, or of others about the cause itself."""
     picked = []
     chinese = has_cjk(conv.question)
