@@ -79,7 +79,7 @@ class DocumentListApi(APIView):
 
     @extend_schema(
         request={"multipart/form-data": InputSerializer},
-        responses={202: DocumentOutput, 200: DocumentOutput},
+        responses={201: DocumentOutput, 200: DocumentOutput},
         summary="Upload a document (Markdown, text, HTML or PDF); it is indexed in the background",
     )
     def post(self, request: Request) -> Response:
@@ -93,7 +93,7 @@ class DocumentListApi(APIView):
             title=form.validated_data.get("title", ""),
         )
         body = document_resource(uploaded.document, user=request.user)
-        return Response(body, status=status.HTTP_202_ACCEPTED if uploaded.created else status.HTTP_200_OK)
+        return Response(body, status=status.HTTP_201_CREATED if uploaded.created else status.HTTP_200_OK)
 
 
 class DocumentDetailApi(APIView):

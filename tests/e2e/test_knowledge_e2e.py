@@ -100,7 +100,7 @@ def test_upload_index_search_delete_over_http(api: httpx.Client) -> None:
     assert before["evidence_status"] == "no_evidence" and before["chunks"] == []
 
     created = upload(api, runbook(marker))
-    assert created.status_code == 202, created.text
+    assert created.status_code == 201, created.text
     document = created.json()
     assert document["status"] == "pending" and document["chunk_count"] == 0
     assert document["uploaded_by_you"] is True
@@ -168,7 +168,7 @@ def test_another_key_cannot_delete_it_and_no_key_cannot_read_it(
 
 def test_a_document_that_cannot_be_indexed_fails_with_a_reason(api: httpx.Client) -> None:
     created = upload(api, b"   \n\n\t\n", filename="blank.md")
-    assert created.status_code == 202, created.text
+    assert created.status_code == 201, created.text
     failed = wait_indexed(api, created.json()["id"])
     assert failed["status"] == "failed"
     assert failed["failure_reason"] and failed["chunk_count"] == 0

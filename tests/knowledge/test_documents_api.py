@@ -164,7 +164,7 @@ def eager_celery() -> Iterator[None]:
 def test_an_upload_is_accepted_pending_and_queued_for_the_worker(alice: Caller, service: Any) -> None:
     response = upload(alice, "disk-full.md", DISK_RUNBOOK)
 
-    assert response.status_code == 202, response.content
+    assert response.status_code == 201, response.content
     body = response.json()
     document = Document.objects.get(id=body["id"])
     assert body["status"] == "pending" and document.status == "pending"
@@ -242,7 +242,7 @@ def test_every_supported_format_is_indexed_and_searchable(
     query: str,
 ) -> None:
     response = upload(alice, filename, data)
-    assert response.status_code == 202, response.content
+    assert response.status_code == 201, response.content
     assert response.json()["content_type"] == content_type
     work_off_queue(service)
 
@@ -269,7 +269,7 @@ def test_html_scripts_styles_and_page_chrome_are_not_indexed(alice: Caller, serv
 
 def test_a_given_title_overrides_the_one_in_the_file(alice: Caller, service: Any) -> None:
     response = upload(alice, "disk.md", DISK_RUNBOOK, title="  Ledger disk  ")
-    assert response.status_code == 202 and response.json()["title"] == "Ledger disk"
+    assert response.status_code == 201 and response.json()["title"] == "Ledger disk"
     work_off_queue(service)
     assert alice.get(response.json()["links"]["self"]).json()["title"] == "Ledger disk"
     assert set(Chunk.objects.values_list("title", flat=True)) == {"Ledger disk"}
@@ -281,7 +281,7 @@ def test_with_eager_celery_the_upload_is_indexed_before_the_response(
 ) -> None:
     response = upload(alice, "disk.md", DISK_RUNBOOK)
 
-    assert response.status_code == 202
+    assert response.status_code == 201
     assert Document.objects.get(id=response.json()["id"]).status == "indexed"
     assert queued(service) == []
     assert search(alice, "ENOSPC").json()["evidence_status"] == "ok"
@@ -289,14 +289,14 @@ def test_with_eager_celery_the_upload_is_indexed_before_the_response(
 
 def test_a_path_in_the_file_name_is_not_kept(alice: Caller, service: Any) -> None:
     response = upload(alice, "../../etc/cron.d/evil.md", b"# Evil\n\ntext\n")
-    assert response.status_code == 202
+    assert response.status_code == 201
     assert "/" not in response.json()["filename"] and "\\" not in response.json()["filename"]
     assert response.json()["filename"].endswith("evil.md")
 
 
 def test_an_overlong_file_name_is_shortened_keeping_its_extension(alice: Caller, service: Any) -> None:
     response = upload(alice, "n" * 400 + ".md", b"# Notes\n\ntext\n")
-    assert response.status_code == 202
+    assert response.status_code == 201
     filename = response.json()["filename"]
     assert len(filename) <= 255 and filename.endswith(".md")
     assert response.json()["content_type"] == "text/markdown"
@@ -339,7 +339,7 @@ def test_a_file_over_the_upload_limit_is_refused_with_413(alice: Caller, service
     assert not Document.objects.exists() and queued(service) == []
 
     at_the_limit = upload(alice, "big.txt", b"y" * 1_000)
-    assert at_the_limit.status_code == 202
+    assert at_the_limit.status_code == 201
 
 
 def test_a_huge_upload_is_refused_before_the_body_is_parsed(
@@ -432,7 +432,7 @@ def test_a_file_whose_text_cannot_be_extracted_fails_with_a_reason(
     alice: Caller, service: Any, filename: str, data: bytes, reason: str
 ) -> None:
     response = upload(alice, filename, data)
-    assert response.status_code == 202  # the extension is allowed: the content is checked by the worker
+    assert response.status_code == 201  # the extension is allowed: the content is checked by the worker
     version = index_version()
     work_off_queue(service)
 
@@ -469,7 +469,7 @@ def test_a_duplicate_of_a_pending_document_is_not_queued_twice(alice: Caller, se
     first = upload(alice, "disk.md", DISK_RUNBOOK)
     again = upload(alice, "disk.md", DISK_RUNBOOK)
 
-    assert (first.status_code, again.status_code) == (202, 200)
+    assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["id"] == first.json()["id"] and again.json()["status"] == "pending"
     assert len(queued(service)) == 1
 
