@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -103,7 +104,7 @@ class Pattern:
         return _LEVELS.get(self.level, 0)
 
     @property
-    def words(self) -> set[str]:
+    def words(self) -> frozenset[str]:
         return salient(f"{self.template} {' '.join(self.services)}")
 
     def window(self) -> str:
@@ -128,7 +129,7 @@ class ChangeRow:
     quote: str
     columns: list[str]
     at: datetime | None
-    words: set[str]
+    words: frozenset[str]
     #: from a table that records changes (by its name or its columns), not a business table
     is_change: bool
 
@@ -223,7 +224,7 @@ def _templates_from_lines(lines: list[Any]) -> list[dict[str, Any]]:
     return list(groups.values())
 
 
-def knowledge_passages(conv: Conversation, focus: set[str], *, minimum: int = 3) -> list[Passage]:
+def knowledge_passages(conv: Conversation, focus: AbstractSet[str], *, minimum: int = 3) -> list[Passage]:
     """Sentences of the retrieved chunks that talk about ``focus``, best first."""
     out = []
     for obs in conv.results(LOOKUP_KNOWLEDGE):
@@ -326,7 +327,7 @@ class _Evidence:
     symptom: Pattern | None
     rows: list[ChangeRow]
     knowledge_words: set[str]
-    asked: set[str]
+    asked: frozenset[str]
 
 
 def _gather(conv: Conversation) -> _Evidence:
@@ -398,7 +399,9 @@ def analyse(conv: Conversation) -> Analysis:
     return _limitations(conv, result)
 
 
-def _recommendations(conv: Conversation, focus: set[str], passage: Passage | None, cause_words: set[str]) -> list[str]:
+def _recommendations(
+    conv: Conversation, focus: AbstractSet[str], passage: Passage | None, cause_words: AbstractSet[str]
+) -> list[str]:
     """Instructions of the document that explains the cause, or of others about the cause itself."""
     picked = []
     chinese = has_cjk(conv.question)

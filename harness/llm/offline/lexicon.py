@@ -8,6 +8,7 @@ glossary so a Chinese question can be matched with English logs, and a crude ste
 
 from __future__ import annotations
 
+import functools
 import re
 
 from harness.text import content_tokens, has_cjk
@@ -340,13 +341,16 @@ FOLLOW_UP_CUES = re.compile(
 )
 
 
-def terms(text: str) -> set[str]:
-    """Stemmed content tokens plus the English glossary terms of any Chinese words."""
+@functools.lru_cache(maxsize=4096)
+def terms(text: str) -> frozenset[str]:
+    """Stemmed content tokens plus the English glossary terms of any Chinese words.
+
+    Cached: the analyst reads the same evidence again at every step of a run."""
     found = {stem(t) for t in content_tokens(text)}
     for zh, en in GLOSSARY.items():
         if zh in text:
             found.update(stem(e) for e in en)
-    return found
+    return frozenset(found)
 
 
 #: The Chinese connective phrases of the analyst's own sentences (removed before tokenising).
@@ -382,8 +386,9 @@ FRAMING_PHRASES = sorted(
 )
 
 
-def salient(text: str) -> set[str]:
+@functools.lru_cache(maxsize=4096)
+def salient(text: str) -> frozenset[str]:
     """Terms that carry incident meaning: no framing words, nothing containing a digit."""
     for phrase in FRAMING_PHRASES:
         text = text.replace(phrase, " ")
-    return {t for t in terms(text) if t not in FRAMING and not any(ch.isdigit() for ch in t)}
+    return frozenset(t for t in terms(text) if t not in FRAMING and not any(ch.isdigit() for ch in t))

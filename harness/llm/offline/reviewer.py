@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from harness.guards.injection import looks_like_instruction
@@ -21,7 +22,7 @@ MIN_COVERAGE = 0.6
 _QUOTED = re.compile(r"[“\"]([^”\"]{6,})[”\"]")
 
 
-def _coverage(text: str, support: set[str]) -> float:
+def _coverage(text: str, support: AbstractSet[str]) -> float:
     words = salient(text)
     return 1.0 if not words else len(words & support) / len(words)
 
