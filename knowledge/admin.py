@@ -117,7 +117,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 class DocumentAdmin(ReadOnlyAdmin):
     list_display = ("title", "status", "chunk_count", "created_at")
     list_filter = ("status",)
-    search_fields = ("title",)
+    search_fields = ("title", "filename", "source")
     date_hierarchy = "created_at"
     exclude = ("text",)
     readonly_fields = ("text_excerpt",)

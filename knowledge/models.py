@@ -23,6 +23,9 @@ class Document(models.Model):
     )
     title = models.CharField(max_length=300)
     filename = models.CharField(max_length=255)
+    #: where it was loaded from (``ingest_docs``: the file's path); a newer version of the same
+    #: source replaces it once indexed. Empty for uploads through the API.
+    source = models.CharField(max_length=500, blank=True, db_index=True)
     content_type = models.CharField(max_length=100)
     size_bytes = models.PositiveIntegerField()
     sha256 = models.CharField(max_length=64, db_index=True)

@@ -198,7 +198,9 @@ def load_documents(paths: Sequence[Path], *, embedder: Embedder | None) -> list[
     """Add documents through the upload path and index them here; returns failure reasons."""
     problems = []
     for path in document_files(paths):
-        uploaded = services.document_upload(owner=None, filename=path.name, data=path.read_bytes(), enqueue=False)
+        uploaded = services.document_upload(
+            owner=None, filename=path.name, data=path.read_bytes(), source=str(path.resolve()), enqueue=False
+        )
         if services.document_index(document_id=str(uploaded.document.id), embedder=embedder) == "failed":
             reason = Document.objects.values_list("failure_reason", flat=True).get(pk=uploaded.document.pk)
             problems.append(f"{path.name}: {reason}")

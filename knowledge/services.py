@@ -70,11 +70,14 @@ def _enqueue(document: Document, *, on_failure: str | None = UPLOAD_NOT_QUEUED) 
         raise QueueUnavailable("The task queue is unavailable; try again shortly.") from None
 
 
-def document_upload(*, owner: Any, filename: str, data: bytes, title: str = "", enqueue: bool = True) -> Uploaded:
+def document_upload(
+    *, owner: Any, filename: str, data: bytes, title: str = "", source: str = "", enqueue: bool = True
+) -> Uploaded:
     """Store an upload as a pending document and queue its indexing.
 
     The same bytes uploaded again return the existing document (``created`` is false) unless
-    it failed, in which case it is indexed afresh.
+    it failed, in which case it is indexed afresh. New bytes from a known ``source`` (a file
+    loaded before) make a new version, which replaces the older ones once it is indexed.
     """
     try:
         content_type = content_type_for(filename)
@@ -103,6 +106,7 @@ def document_upload(*, owner: Any, filename: str, data: bytes, title: str = "", 
                 size_bytes=len(data),
                 sha256=digest,
                 content=data,
+                source=source[-500:],
             )
     if enqueue:
         _enqueue(document)
@@ -172,6 +176,10 @@ def document_index(*, document_id: str, embedder: Embedder | None, final_attempt
             return "superseded"
         Chunk.objects.filter(document_id=document.pk).delete()
         Chunk.objects.bulk_create(rows, batch_size=500)
+        if document.source:  # the older versions of the same file stop answering now, not before
+            Document.objects.filter(source=document.source, created_at__lte=document.created_at).exclude(
+                pk=document.pk
+            ).delete()
         index_bump()
     return DocumentStatus.INDEXED
 

@@ -16,6 +16,7 @@ from django.core.management import call_command, execute_from_command_line
 from django.core.management.base import CommandError
 
 from chat import wiring
+from knowledge import services
 from knowledge.models import Chunk, Document
 from knowledge.search import index_version
 from knowledge.tasks import index_document
@@ -156,12 +157,6 @@ def test_a_new_file_in_a_folder_is_added_on_the_next_run(db: None, docs: Path) -
     assert Document.objects.filter(filename="cert.md", status="indexed").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="knowledge/services.py document_upload de-duplicates by content hash only, so "
-    "ingest_docs re-run on an edited file adds a second document and the stale version keeps "
-    "answering searches beside the new one",
-)
 def test_an_edited_file_replaces_its_previous_version(db: None, tmp_path: Path) -> None:
     runbook = tmp_path / "disk-full.md"
     runbook.write_bytes(DISK)
@@ -172,6 +167,42 @@ def test_an_edited_file_replaces_its_previous_version(db: None, tmp_path: Path) 
 
     texts = " ".join(Chunk.objects.values_list("text", flat=True))
     assert "50 GiB" in texts and "20 GiB" not in texts
+    assert Document.objects.filter(filename="disk-full.md").count() == 1
+
+
+def test_a_queued_new_version_replaces_the_old_one_only_once_it_is_indexed(service: Any, tmp_path: Path) -> None:
+    runbook = tmp_path / "disk-full.md"
+    runbook.write_bytes(DISK)
+    ingest(runbook)
+    runbook.write_bytes(DISK.replace(b"20 GiB", b"50 GiB"))
+
+    ingest(runbook, "--queue")
+
+    old, new = Document.objects.filter(filename="disk-full.md").order_by("created_at")
+    assert (old.status, new.status) == ("indexed", "pending")
+    assert "20 GiB" in " ".join(Chunk.objects.values_list("text", flat=True))  # still answering
+    services.document_index(document_id=str(new.id), embedder=None)
+    assert list(Document.objects.filter(filename="disk-full.md").values_list("id", flat=True)) == [new.id]
+    texts = " ".join(Chunk.objects.values_list("text", flat=True))
+    assert "50 GiB" in texts and "20 GiB" not in texts
+
+
+def test_the_same_content_under_two_paths_is_one_document_and_editing_one_keeps_the_other(
+    db: None, tmp_path: Path
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = tmp_path / "a" / "disk.md", tmp_path / "b" / "disk.md"
+    first.write_bytes(DISK)
+    second.write_bytes(POOL)
+    ingest(first, second)
+    second.write_bytes(POOL + b"\nOne more line about pools.\n")
+
+    ingest(first, second)
+
+    assert Document.objects.count() == 2
+    texts = " ".join(Chunk.objects.values_list("text", flat=True))
+    assert "One more line about pools" in texts and "20 GiB" in texts
 
 
 # --- what cannot be added -----------------------------------------------------------------

@@ -61,7 +61,11 @@ class Command(BaseCommand):
                 continue
             try:
                 uploaded = services.document_upload(
-                    owner=None, filename=path.name, data=path.read_bytes(), enqueue=options["queue"]
+                    owner=None,
+                    filename=path.name,
+                    data=path.read_bytes(),
+                    source=str(path.resolve()),
+                    enqueue=options["queue"],
                 )
             except ApplicationError as exc:
                 outcomes["failed"] += 1
