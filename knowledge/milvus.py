@@ -52,11 +52,11 @@ from rest_framework import status as http_status
 from chat.errors import ApplicationError
 from harness.ports import KnowledgeResult
 from knowledge.chunking import search_text
-from knowledge.embeddings import Embedder, EmbeddingUnavailable, Vectors, from_bytes
+from knowledge.embeddings import Embedder, Vectors, from_bytes
 from knowledge.lexical import terms
 from knowledge.models import Chunk
 from knowledge.retrieval import Hit, RetrievalConfig, duplicate_key
-from knowledge.search import LOAD_BATCH, index_version, knowledge_result
+from knowledge.search import LOAD_BATCH, index_version, knowledge_result, query_vector
 
 logger = logging.getLogger(__name__)
 
@@ -303,14 +303,7 @@ class MilvusKnowledgeSearch:
     # --- the port -----------------------------------------------------------------------
 
     def _query_vector(self, query: str) -> Vectors | None:
-        if self.embedder is None or not self._hybrid:
-            return None
-        try:
-            vector: Vectors = self.embedder.embed([query])[0]
-            return vector
-        except EmbeddingUnavailable as exc:
-            logger.warning("query embedding failed (%s); searching lexically", type(exc).__name__)
-            return None
+        return query_vector(self.embedder, query) if self._hybrid else None
 
     def _ranked(self, client: MilvusClient, words: list[str], vector: Vectors | None) -> list[tuple[int, float]]:
         """Chunk ids and fused scores, best first: BM25 and cosine candidates fused by RRF."""

@@ -31,6 +31,18 @@ def index_version() -> int:
     return int(row or 0)
 
 
+def query_vector(embedder: Embedder | None, query: str) -> Vectors | None:
+    """The query's embedding, or None (lexical search) when there is no embedder or it fails."""
+    if embedder is None:
+        return None
+    try:
+        vector: Vectors = embedder.embed([query])[0]
+        return vector
+    except EmbeddingUnavailable as exc:
+        logger.warning("query embedding failed (%s); searching lexically", type(exc).__name__)
+        return None
+
+
 def knowledge_result(found: list[tuple[Hit, Chunk]], mode: str) -> KnowledgeResult:
     """The graded hits of either engine as the harness's ``KnowledgeResult``."""
     chunks = tuple(
@@ -99,14 +111,7 @@ class DatabaseKnowledgeSearch:
     # --- the port -----------------------------------------------------------------------
 
     def _query_vector(self, query: str, index: LocalIndex) -> Vectors | None:
-        if self.embedder is None or index.mode != "hybrid":
-            return None
-        try:
-            vector: Vectors = self.embedder.embed([query])[0]
-            return vector
-        except EmbeddingUnavailable as exc:
-            logger.warning("query embedding failed (%s); searching lexically", type(exc).__name__)
-            return None
+        return query_vector(self.embedder, query) if index.mode == "hybrid" else None
 
     def matches(self, query: str, top_k: int) -> tuple[list[tuple[Hit, Chunk]], str]:
         """The best chunks with their grades, and the retrieval mode that found them."""

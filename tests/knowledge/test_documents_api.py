@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from knowledge.embeddings import Embedder, EmbeddingUnavailable, Vectors, embedd
 from knowledge.models import Chunk, Document, IndexState
 from knowledge.tasks import MAX_RETRIES, index_document
 from tests.django_fixtures import Caller
+from tests.knowledge.pdfs import make_pdf as pdf_pages
 
 DISK_RUNBOOK = (
     b"# Disk full runbook\n\n"
@@ -97,36 +97,9 @@ def index_version() -> int:
     return int(IndexState.objects.values_list("version", flat=True).first() or 0)
 
 
-def _pdf_string(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
-
-
 def make_pdf(lines: list[str], *, title: str | None = None) -> bytes:
-    """A real one-page PDF (Helvetica, one text line per item), with a correct xref table."""
-    ops = ["BT", "/F1 12 Tf", "14 TL", "72 720 Td", *[f"({_pdf_string(line)}) Tj T*" for line in lines], "ET"]
-    stream = "\n".join(ops).encode("latin-1")
-    info = f"<< /Title ({_pdf_string(title)}) >>" if title is not None else "<< /Producer (tests) >>"
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [5 0 R] /Count 1 >>",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
-        info.encode(),
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
-        b"/Contents 6 0 R >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
-    ]
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R /Info 4 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
-    return out.getvalue()
+    """A real one-page PDF, one text line per item."""
+    return pdf_pages([lines], title=title)
 
 
 @contextmanager

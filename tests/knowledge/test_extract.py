@@ -10,47 +10,7 @@ from pypdf import PdfReader, PdfWriter
 
 from knowledge.chunking import chunk_text
 from knowledge.extract import Extracted, ExtractionError, content_type_for, extract
-
-
-def _pdf_string(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
-
-
-def make_pdf(pages: list[list[str]], *, title: str | None = None) -> bytes:
-    """A real PDF, written object by object with a correct cross-reference table: one page per
-    item of ``pages``, each line of it drawn with Helvetica."""
-    objects: list[bytes] = []
-    page_ids = [5 + 2 * i for i in range(len(pages))]
-    objects.append(b"<< /Type /Catalog /Pages 2 0 R >>")
-    kids = " ".join(f"{pid} 0 R" for pid in page_ids)
-    objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode())
-    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>")
-    info = f"<< /Title ({_pdf_string(title)}) >>" if title is not None else "<< /Producer (tests) >>"
-    objects.append(info.encode())
-    for pid, lines in zip(page_ids, pages, strict=True):
-        objects.append(
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
-            f"/Contents {pid + 1} 0 R >>".encode()
-        )
-        ops = ["BT", "/F1 12 Tf", "14 TL", "72 720 Td"]
-        for line in lines:
-            ops += [f"({_pdf_string(line)}) Tj", "T*"]
-        ops.append("ET")
-        stream = "\n".join(ops).encode("latin-1")
-        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
-
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R /Info 4 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
-    return out.getvalue()
+from tests.knowledge.pdfs import make_pdf
 
 
 def refusal(filename: str, data: bytes) -> str:
