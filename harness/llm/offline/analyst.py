@@ -611,7 +611,8 @@ def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[st
         )  # fmt: skip
     if a.passage is not None:
         p = a.passage
-        where = " › ".join(x for x in (p.title, p.section) if x)
+        section = p.section.removeprefix(p.title).removeprefix(" › ") if p.title else p.section
+        where = " › ".join(x for x in (p.title, section) if x)
         claims.append(
             _claim(
                 f"知识库（{where}）指出：“{p.sentence}”"
