@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
+
+
+@contextmanager
+def broker_pointed_at_nothing() -> Iterator[None]:
+    """The Celery app's broker on a port where nothing listens, restored afterwards."""
+    from config.celery import app
+
+    original = app.conf.broker_url
+    app.conf.broker_url = "redis://127.0.0.1:1/0"
+    app._pool = None
+    app.amqp._producer_pool = None
+    try:
+        yield
+    finally:
+        app.conf.broker_url = original
+        app._pool = None
+        app.amqp._producer_pool = None
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from django.utils import timezone
 from chat import services
 from chat.events import RunEventStorage, channel_for
 from chat.models import ApiKey, RunEvent
-from tests.django_fixtures import Caller
+from tests.django_fixtures import Caller, broker_pointed_at_nothing
 from traces.models import AgentStep, ChatSession, Run, ToolInvocation, TraceEvent
 
 DIAGNOSIS = "Payments are timing out since 10:00, please investigate"
@@ -135,18 +135,8 @@ def test_an_idempotency_key_returns_the_same_run(alice: Caller) -> None:
 
 
 def test_the_broker_being_down_is_a_503_and_leaves_no_queued_run(alice: Caller, settings: Any) -> None:
-    from config.celery import app
-
-    original = app.conf.broker_url
-    app.conf.broker_url = "redis://127.0.0.1:1/0"  # nothing listens there
-    app._pool = None
-    app.amqp._producer_pool = None
-    try:
+    with broker_pointed_at_nothing():
         response = ask(alice)
-    finally:
-        app.conf.broker_url = original
-        app._pool = None
-        app.amqp._producer_pool = None
     assert_error(response, 503, "queue_unavailable")
     assert response["Retry-After"]
     (run,) = Run.objects.all()

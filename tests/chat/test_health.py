@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from django.db import connection
 from rest_framework.test import APIClient
+
+from tests.django_fixtures import broker_pointed_at_nothing
 
 CHECKS = {"database", "redis", "broker", "model_provider", "evidence"}
 
@@ -22,23 +23,6 @@ def assert_check_shape(check: dict[str, Any]) -> None:
     assert set(check) == {"ok", "detail", "ms"}
     assert isinstance(check["ok"], bool)
     assert isinstance(check["ms"], int | float) and check["ms"] >= 0
-
-
-@contextmanager
-def broker_pointed_at_nothing() -> Iterator[None]:
-    """The Celery app's broker on a port where nothing listens, restored afterwards."""
-    from config.celery import app
-
-    original = app.conf.broker_url
-    app.conf.broker_url = "redis://127.0.0.1:1/0"
-    app._pool = None
-    app.amqp._producer_pool = None
-    try:
-        yield
-    finally:
-        app.conf.broker_url = original
-        app._pool = None
-        app.amqp._producer_pool = None
 
 
 @pytest.fixture

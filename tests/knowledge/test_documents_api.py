@@ -8,7 +8,6 @@ import base64
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any, cast
 
 import numpy as np
@@ -21,7 +20,7 @@ from knowledge import services
 from knowledge.embeddings import Embedder, EmbeddingUnavailable, Vectors, embedder_from_config
 from knowledge.models import Chunk, Document, IndexState
 from knowledge.tasks import MAX_RETRIES, index_document
-from tests.django_fixtures import Caller
+from tests.django_fixtures import Caller, broker_pointed_at_nothing
 from tests.knowledge.pdfs import make_pdf as pdf_pages
 
 DISK_RUNBOOK = (
@@ -100,23 +99,6 @@ def index_version() -> int:
 def make_pdf(lines: list[str], *, title: str | None = None) -> bytes:
     """A real one-page PDF, one text line per item."""
     return pdf_pages([lines], title=title)
-
-
-@contextmanager
-def broker_pointed_at_nothing() -> Iterator[None]:
-    """The Celery app's broker on a port where nothing listens, restored afterwards."""
-    from config.celery import app
-
-    original = app.conf.broker_url
-    app.conf.broker_url = "redis://127.0.0.1:1/0"
-    app._pool = None
-    app.amqp._producer_pool = None
-    try:
-        yield
-    finally:
-        app.conf.broker_url = original
-        app._pool = None
-        app.amqp._producer_pool = None
 
 
 @pytest.fixture

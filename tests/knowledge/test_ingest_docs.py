@@ -20,6 +20,7 @@ from knowledge import services
 from knowledge.models import Chunk, Document
 from knowledge.search import index_version
 from knowledge.tasks import index_document
+from tests.django_fixtures import broker_pointed_at_nothing
 
 DISK = (
     b"# Disk full runbook\n\n"
@@ -393,20 +394,9 @@ def test_a_queue_rerun_does_not_claim_to_queue_what_it_did_not(service: Any, doc
 
 
 def test_queue_with_the_broker_down_fails_every_file_and_says_why(service: Any, docs: Path) -> None:
-    from config.celery import app
-
-    original = app.conf.broker_url
-    app.conf.broker_url = "redis://127.0.0.1:1/0"
-    app._pool = None
-    app.amqp._producer_pool = None
-    try:
-        out = io.StringIO()
-        with pytest.raises(CommandError, match="no document could be added"):
-            call_command("ingest_docs", str(docs / "runbooks"), "--queue", "--quiet", stdout=out)
-    finally:
-        app.conf.broker_url = original
-        app._pool = None
-        app.amqp._producer_pool = None
+    out = io.StringIO()
+    with broker_pointed_at_nothing(), pytest.raises(CommandError, match="no document could be added"):
+        call_command("ingest_docs", str(docs / "runbooks"), "--queue", "--quiet", stdout=out)
 
     assert out.getvalue().splitlines()[0] == "2 files: 2 failed"
     assert "queue is unavailable" in out.getvalue()
