@@ -8,7 +8,6 @@ does, and are skipped when no server answers.
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ import yaml
 
 from knowledge.fixtures import FixtureError, Table, merge, parse_tables, read_tables, write_tables
 from knowledge.sqlsource import DatabaseSqlSource
-from tests.knowledge.mysql import mysql_connect
+from tests.knowledge.mysql import mysql_connect, scratch_mysql_database
 
 SCENARIO_TABLES = Path(__file__).resolve().parent / "scenario_fixtures" / "tables.yaml"
 DATETIME_TEXT = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
@@ -260,20 +259,8 @@ def test_an_unquoted_timestamp_with_a_zone_is_written_as_utc() -> None:
 @pytest.fixture
 def mysql_url() -> Iterator[str]:
     """A scratch database of its own on the test server, dropped afterwards."""
-    server = os.environ.get("TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306").rstrip("/")
-    try:
-        admin = mysql_connect(server)
-    except Exception as exc:
-        pytest.skip(f"no MySQL/MariaDB server for the fixture tests ({type(exc).__name__})")
-    database = f"sba_fixtures_test_{os.getpid()}"
-    cursor = admin.cursor()
-    cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
-    cursor.execute(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
-    try:
+    with scratch_mysql_database("sba_fixtures_test") as (_, server, database):
         yield f"{server}/{database}"
-    finally:
-        cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
-        admin.close()
 
 
 def mysql_rows(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:

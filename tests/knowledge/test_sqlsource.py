@@ -42,7 +42,7 @@ from knowledge.sqlsource import (
     sql_source_from_settings,
     to_scalar,
 )
-from tests.knowledge.mysql import mysql_connect
+from tests.knowledge.mysql import mysql_connect, scratch_mysql_database
 from tests.knowledge.test_sql_guard import BYPASS_CORPUS, BYPASS_MYSQL_ONLY, stacked_writes, write_statements
 
 ALLOWED = ("orders", "customers", "big", "wide", "canary")
@@ -132,16 +132,11 @@ def sqlite_backend(tmp_path_factory: pytest.TempPathFactory) -> Backend:
 
 @pytest.fixture(scope="module")
 def mysql_backend() -> Iterator[Backend]:
-    server = os.environ.get("TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306").rstrip("/")
-    try:
-        admin = mysql_connect(server)
-    except Exception as exc:
-        pytest.skip(f"no MySQL/MariaDB server for the datasource tests ({type(exc).__name__})")
-    database = f"sba_sqlsource_test_{os.getpid()}"
-    cursor = admin.cursor()
-    cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
-    cursor.execute(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
-    cursor.execute(f"USE `{database}`")
+    with scratch_mysql_database("sba_sqlsource_test") as (cursor, server, database):
+        yield from _mysql_backend(cursor, server, database)
+
+
+def _mysql_backend(cursor: Any, server: str, database: str) -> Iterator[Backend]:
     for ddl in (
         "CREATE TABLE customers (id INT PRIMARY KEY AUTO_INCREMENT, name VARCHAR(50) NOT NULL) COMMENT 'who buys'",
         "CREATE TABLE orders (id INT PRIMARY KEY, customer_id INT, amount DECIMAL(10, 2), "
@@ -180,11 +175,7 @@ def mysql_backend() -> Iterator[Backend]:
         finally:
             conn.close()
 
-    try:
-        yield Backend("mysql", f"{server}/{database}", fingerprint)
-    finally:
-        cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
-        admin.close()
+    yield Backend("mysql", f"{server}/{database}", fingerprint)
 
 
 @pytest.fixture(params=["sqlite", "mysql"])
