@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["tests.django_fixtures"]
+pytest_plugins = ["tests.django_fixtures", "tests.openai_stub"]
 
 _LLM_ENV = ("LLM_BASE_URL", "LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "LLM_MODEL")
 

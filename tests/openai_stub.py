@@ -11,10 +11,12 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import pytest
 
 
 @dataclass
@@ -138,3 +140,22 @@ class OpenAIStub:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+# --- fixtures (registered for every test by tests/conftest.py) ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def openai_server() -> Iterator[OpenAIStub]:
+    # One server per test module: stopping one takes up to half a second (its poll interval).
+    with OpenAIStub() as server:
+        yield server
+
+
+@pytest.fixture
+def stub(openai_server: OpenAIStub) -> OpenAIStub:
+    """The module's OpenAI-compatible stub server, with no scripted replies and no requests yet."""
+    openai_server.replies.clear()
+    openai_server.requests.clear()
+    openai_server.headers.clear()
+    return openai_server

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -57,21 +56,6 @@ class SleepRecorder:
 
     def __call__(self, seconds: float) -> None:
         self.calls.append(seconds)
-
-
-@pytest.fixture(scope="module")
-def _server() -> Iterator[OpenAIStub]:
-    # One server for the module: stopping one takes up to half a second (its poll interval).
-    with OpenAIStub() as server:
-        yield server
-
-
-@pytest.fixture
-def stub(_server: OpenAIStub) -> OpenAIStub:
-    _server.replies.clear()
-    _server.requests.clear()
-    _server.headers.clear()
-    return _server
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ protocol stub with the real ``openai`` client, configuration, and the byte form 
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -97,20 +96,6 @@ def test_a_very_long_text_is_truncated_to_the_model_window(minilm: MiniLMEmbedde
 
 
 # --- an OpenAI-compatible endpoint --------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def _server() -> Iterator[OpenAIStub]:
-    with OpenAIStub() as server:
-        yield server
-
-
-@pytest.fixture
-def stub(_server: OpenAIStub) -> OpenAIStub:
-    _server.replies.clear()
-    _server.requests.clear()
-    _server.headers.clear()
-    return _server
 
 
 def remote(stub: OpenAIStub, *, dimension: int = 3, batch_size: int = 64) -> OpenAIEmbedder:
