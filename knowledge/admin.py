@@ -6,8 +6,6 @@ change), so the change page previews the body as the agent receives it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -20,6 +18,7 @@ from harness.ports import Runbook as RunbookSpec
 from harness.prompts import agent_instructions
 from knowledge.models import Chunk, Document, LogEntry, Runbook
 from knowledge.runbooks import SECTIONS, missing_sections
+from traces.admin import ReadOnlyAdmin  # ingestion, not the admin, writes these rows
 
 #: What the agent's instructions keep of all matched runbooks together (harness.prompts).
 PROMPT_BUDGET_CHARS = 4_000
@@ -98,19 +97,6 @@ class RunbookAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def disable(self, request: HttpRequest, queryset: QuerySet[Runbook]) -> None:
         count = queryset.update(enabled=False, updated_at=timezone.now())
         self.message_user(request, f"{count} runbook(s) disabled.", messages.SUCCESS)
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Listed and viewed, never added, changed or deleted here (ingestion owns these rows)."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Document)

@@ -67,6 +67,8 @@ class FeedbackInline(ReadOnlyInline):
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Listed and viewed, never added, changed or deleted here (the service writes these rows)."""
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
