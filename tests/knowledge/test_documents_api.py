@@ -21,6 +21,7 @@ from knowledge.embeddings import Embedder, EmbeddingUnavailable, Vectors, embedd
 from knowledge.models import Chunk, Document, IndexState
 from knowledge.tasks import MAX_RETRIES, index_document
 from tests.django_fixtures import Caller, broker_pointed_at_nothing
+from tests.knowledge.corpus import lexical_wiring
 from tests.knowledge.pdfs import make_pdf as pdf_pages
 
 DISK_RUNBOOK = (
@@ -39,13 +40,8 @@ CANARY = "quetzalcoatl-7f3e"
 @pytest.fixture(autouse=True)
 def lexical_only(settings: Any) -> Iterator[None]:
     """No embedder (lexical retrieval), and a fresh search index per test."""
-    settings.EMBEDDINGS = {**settings.EMBEDDINGS, "PROVIDER": "none"}
-    cached = (wiring.embedder, wiring.knowledge_search)  # a test may monkeypatch them meanwhile
-    for function in cached:
-        function.cache_clear()
-    yield
-    for function in cached:
-        function.cache_clear()
+    with lexical_wiring(settings):
+        yield
 
 
 def upload(caller: Caller | APIClient, name: str, data: bytes, **fields: Any) -> Any:

@@ -21,12 +21,8 @@ from knowledge.models import Chunk, Document
 from knowledge.search import index_version
 from knowledge.tasks import index_document
 from tests.django_fixtures import broker_pointed_at_nothing
+from tests.knowledge.corpus import DISK, lexical_wiring
 
-DISK = (
-    b"# Disk full runbook\n\n"
-    b"## Symptoms\n\nWrites fail with ENOSPC: no space left on device on the ledger volume.\n\n"
-    b"## Remedy\n\nDelete rotated logs under /var/log/ledger and grow the volume by 20 GiB.\n"
-)
 POOL = b"Connection pool exhausted: raise db.pool.max_size to 50 after checking max_connections.\n"
 GATEWAY = b"<html><head><title>Gateway</title></head><body><h2>Timeouts</h2><p>Acquirer timeouts.</p></body></html>"
 MINIMAL_PDF = (
@@ -43,13 +39,8 @@ MINIMAL_PDF = (
 @pytest.fixture(autouse=True)
 def lexical_only(settings: Any) -> Iterator[None]:
     """No embedder: the command is about files, not vectors (and this keeps it fast)."""
-    settings.EMBEDDINGS = {**settings.EMBEDDINGS, "PROVIDER": "none"}
-    cached = (wiring.embedder, wiring.knowledge_search)
-    for function in cached:
-        function.cache_clear()
-    yield
-    for function in cached:
-        function.cache_clear()
+    with lexical_wiring(settings):
+        yield
 
 
 @pytest.fixture

@@ -22,15 +22,7 @@ from knowledge.embeddings import Embedder, Vectors, embedder_from_config, normal
 from knowledge.milvus import MilvusKnowledgeSearch, SearchUnavailable, safe_uri, term_text, term_word
 from knowledge.models import Chunk, Document
 from knowledge.search import DatabaseKnowledgeSearch, index_version
-
-DISK = (
-    b"# Disk full runbook\n\n"
-    b"## Symptoms\n\nWrites fail with ENOSPC: no space left on device on the ledger volume.\n\n"
-    b"## Remedy\n\nDelete rotated logs under /var/log/ledger and grow the volume by 20 GiB.\n"
-)
-POOL = b"# Connection pool\n\n## Exhaustion\n\nRaise db.pool.max_size to 50 after checking max_connections.\n"
-CERT = b"# TLS certificates\n\n## Expiry\n\nThe certificate of api.example is renewed by cert-manager.\n"
-CHINESE = "# 数据库连接池\n\n## 耗尽\n\n数据库连接池耗尽时，请求会超时，需要扩大连接池。\n".encode()
+from tests.knowledge.corpus import CERT, CHINESE, DISK, POOL
 
 Engines = Callable[..., MilvusKnowledgeSearch]
 

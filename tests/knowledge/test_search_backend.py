@@ -13,20 +13,11 @@ import numpy as np
 import pytest
 from rest_framework.test import APIClient
 
-from chat import wiring
 from knowledge import services
 from knowledge.embeddings import Embedder, EmbeddingUnavailable, Vectors, embedder_from_config
 from knowledge.models import Chunk, Document
 from knowledge.search import DatabaseKnowledgeSearch, index_version
-
-DISK = (
-    b"# Disk full runbook\n\n"
-    b"## Symptoms\n\nWrites fail with ENOSPC: no space left on device on the ledger volume.\n\n"
-    b"## Remedy\n\nDelete rotated logs under /var/log/ledger and grow the volume by 20 GiB.\n"
-)
-POOL = b"# Connection pool\n\n## Exhaustion\n\nRaise db.pool.max_size to 50 after checking max_connections.\n"
-CERT = b"# TLS certificates\n\n## Expiry\n\nThe certificate of api.example is renewed by cert-manager.\n"
-CHINESE = "# 数据库连接池\n\n## 耗尽\n\n数据库连接池耗尽时，请求会超时，需要扩大连接池。\n".encode()
+from tests.knowledge.corpus import CERT, CHINESE, DISK, POOL, lexical_wiring
 
 
 def add(filename: str, data: bytes, embedder: Embedder | None = None) -> Document:
@@ -310,14 +301,8 @@ def test_a_partly_embedded_knowledge_base_is_hybrid_and_still_finds_the_rest(db:
 
 @pytest.fixture
 def database_evidence(settings: Any) -> Iterator[None]:
-    settings.EVIDENCE_SOURCE = "database"
-    settings.EMBEDDINGS = {**settings.EMBEDDINGS, "PROVIDER": "none"}
-    cached = (wiring.embedder, wiring.knowledge_search)
-    for function in cached:
-        function.cache_clear()
-    yield
-    for function in cached:
-        function.cache_clear()
+    with lexical_wiring(settings, EVIDENCE_SOURCE="database"):
+        yield
 
 
 def test_readyz_reports_the_knowledge_base_and_its_retrieval_mode(service: Any, database_evidence: None) -> None:
