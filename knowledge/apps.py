@@ -1,5 +1,3 @@
-import logging
-
 from django.apps import AppConfig
 from django.conf import settings
 
@@ -9,10 +7,6 @@ class KnowledgeConfig(AppConfig):
     verbose_name = "Knowledge and evidence"
 
     def ready(self) -> None:
-        # bm25s sets its logger to DEBUG when it is imported, over the configured levels.
-        import bm25s  # type: ignore[import-untyped]  # noqa: F401
-
-        logging.getLogger("bm25s").setLevel(logging.WARNING)
         # numpy's BLAS starts a thread per core for every product. In a service that already runs
         # several web and worker processes per core, those threads only contend: one each is faster.
         threads = int(getattr(settings, "BLAS_THREADS", 1))

@@ -15,15 +15,20 @@ so a deleted document's chunks are never returned, even by an index not yet rebu
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import bm25s  # type: ignore[import-untyped]
+import bm25s as bm25s  # type: ignore[import-untyped]  # re-exported: see below
 import numpy as np
 import numpy.typing as npt
 
 from knowledge.lexical import terms
+
+# bm25s sets its logger to DEBUG when it is imported, over the configured levels; import it from
+# here (runbooks do too) so that this always follows.
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 _SPACE = re.compile(r"\s+")
 

@@ -379,7 +379,7 @@ class DatabaseRunbooks:
         books = tuple(ports.Runbook(slug, title, body) for slug, title, body in rows)
         if not books:
             return _Index(signature)
-        import bm25s  # type: ignore[import-untyped]  # imported when first needed
+        from knowledge.retrieval import bm25s  # imported when first needed, its logging tamed
 
         retriever = bm25s.BM25()
         corpus = [index_terms(book.title) * self.title_weight + index_terms(book.body) for book in books]
