@@ -375,8 +375,8 @@ def rank_causes(ev: _Evidence) -> list[tuple[float, Pattern]]:
     return ranked
 
 
-def analyse(conv: Conversation) -> Analysis:
-    ev = _gather(conv)
+def analyse(conv: Conversation, ev: _Evidence | None = None) -> Analysis:
+    ev = ev or _gather(conv)
     result = Analysis(symptom=ev.symptom, ignored_instructions=ev.ignored)
     symptom = ev.symptom
     if symptom is not None:
@@ -479,9 +479,10 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
     elif conv.tool_steps in (2, 3):
         # The incident window may have brought new candidates: look them up too, then look up
         # how to fix the cause once there is one.
-        calls.extend(_candidate_calls(conv, _gather(conv)))
+        ev = _gather(conv)
+        calls.extend(_candidate_calls(conv, ev))
         if not [c for c in calls if not conv.called(*c)] and LOOKUP_KNOWLEDGE in conv.tools:
-            analysis = analyse(conv)
+            analysis = analyse(conv, ev)
             if analysis.cause is not None and len(analysis.recommendations) < MIN_RECOMMENDATIONS:
                 # The document that explains the cause usually says how to fix it, in its own section.
                 word = "处置" if has_cjk(conv.question) else "remediation"
