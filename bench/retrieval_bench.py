@@ -266,7 +266,7 @@ def bench_size(size: int, query_count: int, rounds: int) -> dict[str, Any]:
 
     from knowledge.embeddings import MiniLMEmbedder
     from knowledge.lexical import terms
-    from knowledge.retrieval import LocalIndex
+    from knowledge.retrieval import LocalIndex, RetrievalConfig
 
     started = time.perf_counter()
     texts, about, vocab = chunk_texts(size)
@@ -275,7 +275,7 @@ def bench_size(size: int, query_count: int, rounds: int) -> dict[str, Any]:
     generate_s = time.perf_counter() - started
 
     started = time.perf_counter()
-    index = LocalIndex(range(size), texts, vectors)
+    index = LocalIndex(range(size), texts, vectors, config=RetrievalConfig(threads=_threads()))
     build_s = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -295,8 +295,15 @@ def bench_size(size: int, query_count: int, rounds: int) -> dict[str, Any]:
     okapi_build_s = time.perf_counter() - started
     query_terms = [terms(q) for q in asked]
 
-    embedder = MiniLMEmbedder()
+    embedder = MiniLMEmbedder(threads=_threads())
     query_vectors = embedder.embed(asked)
+    # The dense ranking must be the one a full float32 scan gives, however the index prunes.
+    assert index.dense is not None
+    exact = 0
+    for vector in query_vectors:
+        scores = vectors @ vector
+        expected = np.argsort(-scores, kind="stable")[: index.config.candidates]
+        exact += index.dense.top(vector, index.config.candidates).tolist() == expected.tolist()
     del texts, tokenised
     # Everything built so far lives as long as the process: keep the collector from walking
     # rank-bm25's many dicts (and the texts) in the middle of a timed search.
@@ -347,6 +354,8 @@ def bench_size(size: int, query_count: int, rounds: int) -> dict[str, Any]:
         "search": {mode: _summary(values) for mode, values in times.items()},
         "hits": {mode: statistics.median(values) for mode, values in hits.items()},
         "agreement": agree / len(asked),
+        "dense_exact": exact / len(asked),
+        "quantized": index.dense.quantized,
     }
 
 
@@ -360,7 +369,7 @@ def bench_ingestion(documents: int, embed_chunks: int, embed_seconds: float) -> 
     chunk_s = time.perf_counter() - started
     chunks = sum(len(p) for p in pieces)
 
-    embedder = MiniLMEmbedder()
+    embedder = MiniLMEmbedder(threads=_threads())
     embedder.embed([search_text(docs[0][0], p.heading_path, p.text) for p in pieces[0][:4]])  # warm-up
     embedded = used = 0
     started = time.perf_counter()
@@ -385,11 +394,16 @@ def bench_ingestion(documents: int, embed_chunks: int, embed_seconds: float) -> 
     }
 
 
-def _in_fresh_process(*part: str, blas_threads: int | None) -> dict[str, Any]:
+def _threads() -> int:
+    """The measured processes' thread count for onnxruntime: ``--threads``, else one per core."""
+    return int(os.environ.get("COMPUTE_THREADS") or 0)
+
+
+def _in_fresh_process(*part: str, threads: int | None) -> dict[str, Any]:
     """Each part runs in its own interpreter, so one size's memory never taxes the next's timing."""
     env = dict(os.environ)
-    if blas_threads:
-        env.update({name: str(blas_threads) for name in _BLAS_THREADS})
+    if threads:
+        env.update({name: str(threads) for name in _THREAD_VARIABLES})
     out = subprocess.run(
         [sys.executable, "-m", "bench.retrieval_bench", "--part", *part],
         check=True,
@@ -401,8 +415,8 @@ def _in_fresh_process(*part: str, blas_threads: int | None) -> dict[str, Any]:
     return result
 
 
-#: the variables the BLAS builds numpy may use read their thread count from
-_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+#: where the BLAS builds numpy may use, and this benchmark's onnxruntime sessions, read their thread count
+_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "COMPUTE_THREADS")
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -430,8 +444,8 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def _blas_setting() -> str:
-    set_ = [f"{name}={os.environ[name]}" for name in _BLAS_THREADS if name in os.environ]
+def _thread_setting() -> str:
+    set_ = [f"{name}={os.environ[name]}" for name in _THREAD_VARIABLES if name in os.environ]
     return ", ".join(set_) if set_ else "the library's default (one per core)"
 
 
@@ -441,7 +455,7 @@ def report(
     """Print the table and the targets; True when both targets are met."""
     first = results[0]
     print(
-        f"retrieval benchmark — local engine (bm25s + numpy dense, RRF) beside rank-bm25 {metadata.version('rank-bm25')}"
+        f"retrieval benchmark — local engine (bm25s + exact dense, RRF) beside rank-bm25 {metadata.version('rank-bm25')}"
     )
     print(
         f"  synthetic ops corpus (seed {SEED}): {first['terms']:,} terms, chunks of 60–150 words; "
@@ -450,7 +464,7 @@ def report(
     print("  chunk vectors: random unit vectors (384 d); query vectors: the local MiniLM model's")
     print(
         f"  load average (1 min) {load[0]:.2f} at the start, {load[1]:.2f} at the end, on {os.cpu_count()} cores;"
-        f" BLAS threads: {blas}"
+        f" numeric threads: {blas}"
     )
     _row("", [f"{r['size']:,} chunks" for r in results])
     _row("corpus generation", [f"{r['generate_s']:.2f} s" for r in results])
@@ -470,6 +484,8 @@ def report(
         [f"{r['hits']['lexical']:.0f} / {r['hits']['hybrid']:.0f}" for r in results],
     )
     _row("  top lexical hit in rank-bm25's top", [f"{r['agreement'] * 100:.0f} %" for r in results])
+    _row("  dense scan", ["int8 pruned" if r["quantized"] else "float32" for r in results])
+    _row("  dense top-50 = a float32 scan's", [f"{r['dense_exact'] * 100:.0f} %" for r in results])
 
     # The targets are set at 100k chunks: judged there, else at the size nearest to it.
     judged = min(results, key=lambda r: (abs(r["size"] - TARGET_SIZE), -r["size"]))
@@ -514,7 +530,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--embed-chunks", type=int, default=400, help="chunks embedded for the ingestion rate, at most")
     parser.add_argument("--embed-seconds", type=float, default=30.0, help="time spent embedding, at most")
     parser.add_argument(
-        "--blas-threads", type=int, help="numpy's BLAS threads in the measured processes (default: as inherited)"
+        "--threads",
+        type=int,
+        help="numpy's BLAS and onnxruntime threads in the measured processes (default: as inherited)",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, few queries: a smoke run")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
@@ -532,15 +550,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.sizes, args.queries, args.rounds = [1_000, 5_000], 12, 1
         args.documents, args.embed_chunks, args.embed_seconds = 30, 32, 10.0
     start_load = os.getloadavg()[0]
-    threads = args.blas_threads
+    threads = args.threads
     results = [
-        _in_fresh_process("size", str(size), str(args.queries), str(args.rounds), blas_threads=threads)
+        _in_fresh_process("size", str(size), str(args.queries), str(args.rounds), threads=threads)
         for size in args.sizes
     ]
     ingest = _in_fresh_process(
-        "ingest", str(args.documents), str(args.embed_chunks), str(args.embed_seconds), blas_threads=threads
+        "ingest", str(args.documents), str(args.embed_chunks), str(args.embed_seconds), threads=threads
     )
-    blas = f"{threads} (set by --blas-threads)" if threads else _blas_setting()
+    blas = f"{threads} (set by --threads)" if threads else _thread_setting()
     ok = report(results, ingest, rounds=args.rounds, load=(start_load, os.getloadavg()[0]), blas=blas)
     # Like the other benchmarks, a missed target is printed; only --strict makes it fail the run,
     # since on a shared machine one noisy run is no verdict.

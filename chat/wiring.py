@@ -102,7 +102,9 @@ def embedder() -> Embedder | None:
 def knowledge_search() -> DatabaseKnowledgeSearch | MilvusKnowledgeSearch:
     """``KNOWLEDGE_ENGINE``: ``local`` (an index in this process's memory) or ``milvus``."""
     k: dict[str, Any] = settings.KNOWLEDGE
-    config = RetrievalConfig(min_coverage=k["MIN_COVERAGE"], min_cosine=k["MIN_COSINE"])
+    config = RetrievalConfig(
+        min_coverage=k["MIN_COVERAGE"], min_cosine=k["MIN_COSINE"], threads=settings.COMPUTE_THREADS
+    )
     engine = k.get("ENGINE", "local")
     if engine == "local":
         return DatabaseKnowledgeSearch(embedder=embedder(), config=config)

@@ -247,9 +247,10 @@ KNOWLEDGE: dict[str, Any] = {
     "MILVUS_COLLECTION": env_str("MILVUS_COLLECTION", "superbizagent_chunks"),
     "MILVUS_TIMEOUT_S": env_float("MILVUS_TIMEOUT_S", 10.0),
 }
-# Threads numpy's BLAS may use per process (embeddings, dense search); 0 leaves its default
-# (one per core), which only contends when several service processes share the cores.
-BLAS_THREADS = env_int("BLAS_THREADS", 1)
+# Threads one process may use for numeric work (numpy's BLAS, the onnxruntime embedding model
+# and dense scan); 0 means one per core, which only contends when several service processes
+# share the cores.
+COMPUTE_THREADS = env_int("COMPUTE_THREADS", 1)
 # Embeddings for dense retrieval: "local" (all-MiniLM-L6-v2, shipped in a package, CPU),
 # "openai" (any OpenAI-compatible /v1/embeddings endpoint) or "none" (lexical retrieval only).
 EMBEDDINGS = {
@@ -260,6 +261,7 @@ EMBEDDINGS = {
     "MODEL": env_str("EMBEDDINGS_MODEL", ""),
     "DIMENSION": env_int("EMBEDDINGS_DIMENSION", 0),
     "TIMEOUT_S": env_float("EMBEDDINGS_TIMEOUT_S", 30.0),
+    "THREADS": COMPUTE_THREADS,
 }
 
 # The business datasource behind the agent's query_mysql tool: sqlite:///path/to/file.sqlite3

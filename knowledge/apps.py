@@ -9,7 +9,7 @@ class KnowledgeConfig(AppConfig):
     def ready(self) -> None:
         # numpy's BLAS starts a thread per core for every product. In a service that already runs
         # several web and worker processes per core, those threads only contend: one each is faster.
-        threads = int(getattr(settings, "BLAS_THREADS", 1))
+        threads = int(getattr(settings, "COMPUTE_THREADS", 1))
         if threads > 0:
             from threadpoolctl import threadpool_limits
 

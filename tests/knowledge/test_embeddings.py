@@ -1,6 +1,7 @@
-"""Embeddings: the local all-MiniLM-L6-v2 forward pass (shape, unit length, determinism, batch
-and padding independence, meaning, truncation), the OpenAI-compatible embedder against the local
-protocol stub with the real ``openai`` client, configuration, and the byte form of a vector."""
+"""Embeddings: the local all-MiniLM-L6-v2 model (the ONNX graph against a plain float64
+evaluation of the checkpoint, shape, unit length, determinism, batch and padding independence,
+meaning, truncation), the OpenAI-compatible embedder against the local protocol stub with the real
+``openai`` client, configuration, and the byte form of a vector."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from knowledge.embeddings import (
     EmbeddingUnavailable,
     MiniLMEmbedder,
     OpenAIEmbedder,
+    bundled_model_dir,
     embedder_from_config,
     from_bytes,
     to_bytes,
 )
+from tests.knowledge.bert_reference import pooled
 from tests.openai_stub import OpenAIStub, StubReply, embeddings
 
 API_KEY = "sk-test-4f9c2e-very-secret"
@@ -33,6 +36,24 @@ def cos(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
 
 
 # --- the local model ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The disk is full.",
+        "数据库连接池耗尽，支付请求超时",
+        "HikariPool-1 - Connection is not available, request timed out after 30000ms (pool=payments)",
+        "",
+    ],
+)
+def test_the_onnx_graph_computes_what_the_checkpoint_defines(minilm: MiniLMEmbedder, text: str) -> None:
+    ids = minilm._tokenizer.encode(text).ids
+    reference = pooled(bundled_model_dir(), ids)
+
+    got = minilm.embed([text])[0]
+
+    assert cos(got, reference.astype(np.float32)) > 0.99999
 
 
 def test_minilm_gives_384_dimensional_float32_unit_vectors(minilm: MiniLMEmbedder) -> None:
