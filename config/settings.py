@@ -141,6 +141,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "runs"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_DISABLE_RATE_LIMITS = True  # no task is rate limited: skip the per-task token bucket
+# Celery's Django fixup closes every database connection before and after each task unless this
+# is set, so each run would open a new MySQL connection. Connections follow CONN_MAX_AGE and
+# the health checks instead (config/celery.py); Celery itself recycles them only this rarely.
+CELERY_DB_REUSE_MAX = 10_000
 
 _r = urlparse(REDIS_URL)
 # Events sent by workers reach the web processes' listeners through Redis pub/sub.
