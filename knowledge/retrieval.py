@@ -1,8 +1,8 @@
 """Hybrid retrieval over the chunks: BM25 and dense cosine, fused by reciprocal rank.
 
 ``LocalIndex`` is the in-memory index of one snapshot of the knowledge base: a ``bm25s``
-sparse index over the chunks' terms (``knowledge.lexical``) and a float32 matrix of their
-embeddings. A query is scored both ways, the two rankings are fused with reciprocal rank
+sparse index over the chunks' terms (``knowledge.lexical``) and a ``DenseIndex`` of their
+embeddings (``knowledge.dense``: exact cosine top-k). A query is scored both ways, the two rankings are fused with reciprocal rank
 fusion, duplicate chunks (same text, e.g. a document uploaded twice) are dropped, and every hit
 is graded against a threshold: a chunk counts as evidence when it holds enough of the query's
 informative terms (IDF-weighted coverage) or is close enough in meaning (cosine). No hit that
