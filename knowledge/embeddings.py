@@ -105,7 +105,7 @@ def sentence_encoder(model_dir: Path) -> bytes:
     split_heads = g.weight("split_heads", np.array([0, 0, 3, heads, head_dim], dtype=np.int64))
     merge_heads = g.weight("merge_heads", np.array([0, 0, hidden], dtype=np.int64))
 
-    def dense(x: str, name: str, weight: npt.NDArray[np.float32], bias: npt.NDArray[np.float32]) -> str:
+    def linear(x: str, name: str, weight: npt.NDArray[np.float32], bias: npt.NDArray[np.float32]) -> str:
         return g.op("Add", g.op("MatMul", x, g.weight(name + ".w", weight.T)), g.weight(name + ".b", bias))
 
     def norm(x: str, name: str) -> str:
@@ -130,7 +130,7 @@ def sentence_encoder(model_dir: Path) -> bytes:
     x = norm(x, "embeddings.LayerNorm")
     real = g.op("Cast", "attention_mask", to=TensorProto.FLOAT)  # batch × tokens, 1 for a real token
     blocked = g.op(
-        "Mul", g.op("Sub", scalar["one"], g.op("Unsqueeze", real, axes["heads_and_queries"])), scalar["minus_inf"]
+        "Mul", g.op("Sub", scalar["one"], g.op("Unsqueeze", real, axes["heads_and_queries"])), scalar["blocked"]
     )
 
     for i in range(layers):
@@ -139,7 +139,7 @@ def sentence_encoder(model_dir: Path) -> bytes:
         qkv_weight = np.concatenate([w[a + n + ".weight"] for n in ("query", "key", "value")])
         qkv_bias = np.concatenate([w[a + n + ".bias"] for n in ("query", "key", "value")])
         qkv = g.op(
-            "Transpose", g.op("Reshape", dense(x, p + "qkv", qkv_weight, qkv_bias), split_heads), perm=[2, 0, 3, 1, 4]
+            "Transpose", g.op("Reshape", linear(x, p + "qkv", qkv_weight, qkv_bias), split_heads), perm=[2, 0, 3, 1, 4]
         )
         q, k, v = (
             g.op("Squeeze", part, axes["first"]) for part in g.ops("Split", qkv, outputs=3, axis=0, num_outputs=3)
@@ -149,12 +149,12 @@ def sentence_encoder(model_dir: Path) -> bytes:
         context = g.op("Reshape", g.op("Transpose", g.op("MatMul", attention, v), perm=[0, 2, 1, 3]), merge_heads)
         o = p + "attention.output."
         x = norm(
-            g.op("Add", dense(context, o + "dense", w[o + "dense.weight"], w[o + "dense.bias"]), x), o + "LayerNorm"
+            g.op("Add", linear(context, o + "dense", w[o + "dense.weight"], w[o + "dense.bias"]), x), o + "LayerNorm"
         )
-        inner = dense(x, p + "intermediate", w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"])
+        inner = linear(x, p + "intermediate", w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"])
         erf = g.op("Erf", g.op("Mul", inner, scalar["inv_sqrt2"]))
         gelu = g.op("Mul", g.op("Mul", inner, scalar["half"]), g.op("Add", erf, scalar["one"]))
-        out = dense(gelu, p + "output", w[p + "output.dense.weight"], w[p + "output.dense.bias"])
+        out = linear(gelu, p + "output", w[p + "output.dense.weight"], w[p + "output.dense.bias"])
         x = norm(g.op("Add", out, x), p + "output.LayerNorm")
 
     # mean pooling over the real tokens
@@ -174,11 +174,11 @@ def sentence_encoder(model_dir: Path) -> bytes:
         g.weights,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
-    onnx.checker.check_model(model, full_check=True)
+    onnx.checker.check_model(model)
     return bytes(model.SerializeToString())
 
 
-_SCALARS = {"one": 1.0, "half": 0.5, "inv_sqrt2": 1.0 / np.sqrt(2.0), "minus_inf": -1e9, "tiny": 1e-9}
+_SCALARS = {"one": 1.0, "half": 0.5, "inv_sqrt2": 1.0 / np.sqrt(2.0), "blocked": -1e9, "tiny": 1e-9}
 _AXES = {"first": [0], "last": [-1], "tokens": [1], "heads_and_queries": [1, 2]}
 
 
