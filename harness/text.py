@@ -193,6 +193,8 @@ _MASKS = [
     # hex ids and mixed letter-digit tokens (request ids, hashes, pod suffixes)
     re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{6,}\b", re.I),
     re.compile(r"\b(?=[a-z]*\d)(?=\d*[a-z])[a-z0-9]{8,}\b", re.I),
+    # prefixed ids: acc_77568041, bk_b67xulzdvp, pk_live_7f3c (a digit somewhere; max_connections stays)
+    re.compile(r"\b[a-z]{1,8}_(?=[a-z0-9_]*\d)[a-z0-9_]{4,}\b", re.I),
     re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:ms|s|m|h|kb|mb|gb|%)?(?!\w)", re.I),
 ]
 

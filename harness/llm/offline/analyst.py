@@ -38,6 +38,7 @@ from harness.llm.offline.lexicon import (
     salient,
     terms,
 )
+from harness.llm.offline.when import resolve, stated_time
 from harness.text import has_cjk, log_template
 from harness.tools.evidence import LOOKUP_KNOWLEDGE, QUERY_LOGS, QUERY_MYSQL
 
@@ -48,9 +49,14 @@ INCIDENT_LEAD = timedelta(minutes=60)
 INCIDENT_TAIL = timedelta(minutes=15)
 #: A pattern seen this soon after the window opened may well have begun before it.
 WINDOW_EDGE = timedelta(minutes=2)
+#: A symptom begins around the time the report gives: at most this long before it, or after it.
+REPORT_LEAD = timedelta(minutes=45)
+REPORT_LAG = timedelta(minutes=90)
 #: A recorded change can explain a pattern that starts up to a day after it.
 CHANGE_LOOKBACK = timedelta(days=1)
 CHANGE_GRACE = timedelta(minutes=5)
+#: What a change breaks begins within this long after it.
+ALIGNED = timedelta(minutes=15)
 #: How many of the tables that look like change records are read (best matching first).
 MAX_CHANGE_TABLES = 3
 #: Fewer recommendations than this: look up the remediation of the explaining document.
@@ -301,11 +307,35 @@ def _onset_score(candidate: Pattern, symptom: Pattern | None) -> float:
     return score
 
 
-def _change_support(p: Pattern, rows: list[ChangeRow]) -> tuple[float, ChangeRow | None]:
-    """The best recorded change that precedes the pattern and touches what it is about."""
-    own = salient(p.template)
+def _proximity(lead: timedelta) -> float:
+    """How suspicious a change is for how long before a pattern began: minutes, not hours."""
+    if lead <= timedelta(minutes=15):
+        return 1.5
+    if lead <= timedelta(hours=1):
+        return 1.0
+    if lead <= timedelta(hours=6):
+        return 0.5
+    return 0.0
+
+
+def _followed_by(row: ChangeRow, ev: _Evidence) -> int:
+    """How many warning patterns began within minutes after the change, and before any later
+    change: what a change breaks shows up right after it, in whatever services it reaches."""
+    if row.at is None:
+        return 0
+    at = row.at
+    later = [r.at for r in ev.rows if r.is_change and r.at is not None and r.at > at]
+    until = min([at + ALIGNED, *later])
+    return sum(1 for p in ev.patterns if p.rank >= 2 and p.first is not None and at <= p.first <= until)
+
+
+def _change_support(p: Pattern, ev: _Evidence) -> tuple[float, ChangeRow | None]:
+    """The recorded change that best explains the pattern, and how well: it precedes the pattern
+    (the closer the better), touches what the pattern is about (its service, the words the two
+    share and little else has) and was followed at once by new warnings."""
+    own = p.words
     best: tuple[float, ChangeRow | None] = (0.0, None)
-    for row in rows:
+    for row in ev.rows:
         if not row.is_change:
             continue
         if (
@@ -314,10 +344,27 @@ def _change_support(p: Pattern, rows: list[ChangeRow]) -> tuple[float, ChangeRow
             and not (p.first - CHANGE_LOOKBACK <= row.at <= p.first + CHANGE_GRACE)
         ):
             continue
-        value = (1.5 if row.words & own else 0.0) + (1.0 if set(p.services) & row.words else 0.0)
+        topic = min(sum(ev.rarity.get(w, 0.0) for w in own & row.words), 3.0)
+        touches = 1.0 if set(p.services) & row.words else 0.0
+        if not topic and not touches:
+            continue
+        near = _proximity(p.first - row.at) if p.first is not None and row.at is not None else 0.0
+        value = topic + touches + near + 0.5 * min(_followed_by(row, ev), 4)
         if value > best[0]:
             best = (value, row)
     return best
+
+
+def _rarity(patterns: list[Pattern], rows: list[ChangeRow]) -> dict[str, float]:
+    """Inverse document frequency of each word over the patterns and the change records, scaled so
+    that a word only one of them uses counts 1: "booking" links everything, "dc1" one thing."""
+    docs = [p.words for p in patterns] + [r.words for r in rows if r.is_change]
+    counts: dict[str, int] = {}
+    for words in docs:
+        for w in words:
+            counts[w] = counts.get(w, 0) + 1
+    top = math.log(len(docs) + 1) or 1.0
+    return {w: math.log((len(docs) + 1) / c) / top for w, c in counts.items()}
 
 
 @dataclass
@@ -328,16 +375,48 @@ class _Evidence:
     rows: list[ChangeRow]
     knowledge_words: set[str]
     asked: frozenset[str]
+    #: when the report says the problem began, resolved against the logs' timestamps
+    reported: datetime | None = None
+    rarity: dict[str, float] = field(default_factory=dict)
+
+
+def reported_onset(conv: Conversation, patterns: list[Pattern]) -> datetime | None:
+    """The time the question gives for the start of the problem, if any, as a UTC instant."""
+    stated = stated_time(conv.question)
+    if stated is None:
+        return None
+    return resolve(stated, [ts for p in patterns for ts in (p.first, p.last) if ts is not None])
+
+
+def _fits_report(p: Pattern, reported: datetime | None) -> int:
+    """1 when the pattern begins around the reported time, -1 when it cannot be what was reported
+    (long there before, or over before it), 0 when unknown."""
+    if reported is None or p.first is None:
+        return 0
+    if p.last is not None and p.last < reported - CHANGE_GRACE:
+        return -1
+    return 1 if reported - REPORT_LEAD <= p.first <= reported + REPORT_LAG else -1
 
 
 def _gather(conv: Conversation) -> _Evidence:
     patterns, ignored = log_patterns(conv)
     asked = terms(conv.question)
+    reported = reported_onset(conv, patterns)
     relevant = [p for p in patterns if p.rank >= 2 and asked & p.words]
-    # The symptom is what the question describes; between equally close patterns, one that does not
-    # name a cause ("timed out", not "pool exhausted") is the better description of an effect.
+    # The symptom is what the question describes, beginning when the reporter says it did; between
+    # equally close patterns, one that does not name a cause ("timed out", not "pool exhausted") is
+    # the better description of an effect.
     symptom = (
-        max(relevant, key=lambda p: (len(asked & p.words), not terms(p.template) & CAUSE_TERMS, p.rank, p.count))
+        max(
+            relevant,
+            key=lambda p: (
+                _fits_report(p, reported),
+                len(asked & p.words),
+                not terms(p.template) & CAUSE_TERMS,
+                p.rank,
+                p.count,
+            ),
+        )
         if relevant
         else None
     )
@@ -348,7 +427,8 @@ def _gather(conv: Conversation) -> _Evidence:
         if isinstance(c, dict)
         for w in salient(str(c.get("text", "")))
     }
-    return _Evidence(patterns, ignored, symptom, change_rows(conv), knowledge_words, asked)
+    rows = change_rows(conv)
+    return _Evidence(patterns, ignored, symptom, rows, knowledge_words, asked, reported, _rarity(patterns, rows))
 
 
 def rank_causes(ev: _Evidence) -> list[tuple[float, Pattern]]:
@@ -367,7 +447,7 @@ def rank_causes(ev: _Evidence) -> list[tuple[float, Pattern]]:
         value += 0.5 * min(len(salient(p.template) & (ev.asked | symptom.words)), 2)
         if len(salient(p.template) & ev.knowledge_words) >= 2:
             value += 1.5
-        value += _change_support(p, ev.rows)[0]
+        value += min(_change_support(p, ev)[0], 4.0) * 0.75
         return value + 0.5 * min(math.log10(max(p.count, 1)), 2.0)
 
     ranked = [(score(p), p) for p in ev.patterns if p.rank >= 2 and p is not symptom]
@@ -392,7 +472,7 @@ def analyse(conv: Conversation, ev: _Evidence | None = None) -> Analysis:
     focus = cause.words | (symptom.words if symptom else set())
     passages = knowledge_passages(conv, cause.words) or knowledge_passages(conv, focus)
     result.passage = passages[0] if passages else None
-    result.change = _change_support(cause, ev.rows)[1]
+    result.change = _change_support(cause, ev)[1]
     result.recommendations = _recommendations(
         conv, focus | (result.change.words if result.change else set()), result.passage, cause.words
     )
@@ -467,14 +547,10 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
             )
     elif conv.tool_steps == 1:
         ev = _gather(conv)
-        if (
-            QUERY_LOGS in conv.tools
-            and ev.symptom is not None
-            and ev.symptom.first is not None
-            and not _saw_every_warning(conv)
-        ):
-            # What else went wrong around the time the symptom began: causes start shortly before.
-            calls.append((QUERY_LOGS, _incident_window(ev.symptom.first)))
+        starts = [ts for ts in (ev.reported, ev.symptom.first if ev.symptom else None) if ts is not None]
+        if QUERY_LOGS in conv.tools and starts and not _saw_every_warning(conv):
+            # What else went wrong around the time the problem began: causes start shortly before.
+            calls.append((QUERY_LOGS, _incident_window(min(starts))))
         calls.extend(_candidate_calls(conv, ev))
     elif conv.tool_steps in (2, 3):
         # The incident window may have brought new candidates: look them up too, then look up
