@@ -832,7 +832,7 @@ class DatabaseLogSource:
                 last_ts=_iso(c.last),
                 example=c.example,
             )
-            for c in ranked[: self.max_templates]
+            for c in _most_frequent_and_severe(ranked, self.max_templates)
         )
         return LogResult(tuple(lines[:limit]), total, by_level, by_service, templates)
 
@@ -926,6 +926,21 @@ def _utc(ts: datetime) -> datetime:
 
 def _iso(ts: datetime | None) -> str:
     return "" if ts is None else _utc(ts).isoformat().replace("+00:00", "Z")
+
+
+def _most_frequent_and_severe(ranked: list[_Cluster], keep: int) -> list[_Cluster]:
+    """The ``keep`` most frequent templates, except that up to a third of the slots go to rarer
+    ERROR and FATAL ones, taken from the least frequent milder ones: a process that dies logs its
+    FATAL once, while the proxy in front of it logs every failed request."""
+    kept = ranked[:keep]
+    severe = sorted((c for c in ranked[keep:] if c.level >= _RANK["ERROR"]), key=lambda c: (-c.level, -c.count))
+    milder = [c for c in reversed(kept) if c.level < _RANK["ERROR"]]
+    swap = min(len(severe), len(milder), keep // 3)
+    if not swap:
+        return kept
+    dropped = {id(c) for c in milder[:swap]}
+    chosen = [c for c in kept if id(c) not in dropped] + severe[:swap]
+    return sorted(chosen, key=lambda c: (-c.count, c.first or _MIN_TS))
 
 
 def _level_name(level: int) -> str:

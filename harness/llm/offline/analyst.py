@@ -326,7 +326,12 @@ def _followed_by(row: ChangeRow, ev: _Evidence) -> int:
     at = row.at
     later = [r.at for r in ev.rows if r.is_change and r.at is not None and r.at > at]
     until = min([at + ALIGNED, *later])
-    return sum(1 for p in ev.patterns if p.rank >= 2 and p.first is not None and at <= p.first <= until)
+    # Only what began around the incident counts: other noise starts at random times all day.
+    onset = ev.onset
+    if onset is None:
+        return 0
+    since, until = max(at, onset - INCIDENT_LEAD), min(until, onset + INCIDENT_TAIL)
+    return sum(1 for p in ev.patterns if p.rank >= 2 and p.first is not None and since <= p.first <= until)
 
 
 def _change_support(p: Pattern, ev: _Evidence) -> tuple[float, ChangeRow | None]:
@@ -378,6 +383,12 @@ class _Evidence:
     #: when the report says the problem began, resolved against the logs' timestamps
     reported: datetime | None = None
     rarity: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def onset(self) -> datetime | None:
+        """When the incident began: the reported time or the symptom's first line, the earlier."""
+        starts = [ts for ts in (self.reported, self.symptom.first if self.symptom else None) if ts is not None]
+        return min(starts) if starts else None
 
 
 def reported_onset(conv: Conversation, patterns: list[Pattern]) -> datetime | None:
@@ -431,19 +442,46 @@ def _gather(conv: Conversation) -> _Evidence:
     return _Evidence(patterns, ignored, symptom, rows, knowledge_words, asked, reported, _rarity(patterns, rows))
 
 
+_UPSTREAM = re.compile(r"\b(?:upstream|downstream)\b", re.IGNORECASE)
+
+
+def _blamed_services(patterns: list[Pattern]) -> set[str]:
+    """Services that other services' warnings name (``price check failed: POST http://fare-api…``)."""
+    known = {service for p in patterns for service in p.services if service}
+    named: set[str] = set()
+    for p in patterns:
+        if p.rank < 2:
+            continue
+        text = f"{p.template} {p.example}".lower()
+        named.update(s for s in known if s not in p.services and len(s) > 3 and s.lower() in text)
+    return named
+
+
+def _reports_elsewhere(p: Pattern, blamed: set[str]) -> bool:
+    """The pattern reports a failure of another service: an upstream, or one it names."""
+    text = f"{p.template} {p.example}".lower()
+    return bool(_UPSTREAM.search(text)) or any(s.lower() in text for s in blamed if s not in p.services)
+
+
 def rank_causes(ev: _Evidence) -> list[tuple[float, Pattern]]:
     """Cause candidates for the symptom, best first, with their scores."""
     symptom = ev.symptom
     if symptom is None:
         return []
 
+    blamed = _blamed_services(ev.patterns)
+
     def score(p: Pattern) -> float:
         words = terms(p.template)
         causal = len(words & CAUSE_TERMS)
         value = 1.0 * min(causal, 3) - (1.0 if words & SYMPTOM_TERMS and not causal else 0.0)
         value += _onset_score(p, symptom) + (1.0 if p.rank >= 3 else 0.0)
-        if set(p.services) & set(symptom.services):
+        if _reports_elsewhere(p, blamed):
+            value -= 1.0  # a proxy or client telling of its upstream's failure: a witness, not a cause
+        elif set(p.services) & set(symptom.services):
             value += 1.5
+        if set(p.services) & blamed:
+            value += 1.0  # other services' errors point at this one
         value += 0.5 * min(len(salient(p.template) & (ev.asked | symptom.words)), 2)
         if len(salient(p.template) & ev.knowledge_words) >= 2:
             value += 1.5
@@ -547,10 +585,9 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
             )
     elif conv.tool_steps == 1:
         ev = _gather(conv)
-        starts = [ts for ts in (ev.reported, ev.symptom.first if ev.symptom else None) if ts is not None]
-        if QUERY_LOGS in conv.tools and starts and not _saw_every_warning(conv):
+        if QUERY_LOGS in conv.tools and ev.onset is not None and not _saw_every_warning(conv):
             # What else went wrong around the time the problem began: causes start shortly before.
-            calls.append((QUERY_LOGS, _incident_window(min(starts))))
+            calls.append((QUERY_LOGS, _incident_window(ev.onset)))
         calls.extend(_candidate_calls(conv, ev))
     elif conv.tool_steps in (2, 3):
         # The incident window may have brought new candidates: look them up too, then look up
