@@ -350,7 +350,8 @@ def _change_support(p: Pattern, ev: _Evidence) -> tuple[float, ChangeRow | None]
         ):
             continue
         topic = min(sum(ev.rarity.get(w, 0.0) for w in own & row.words), 3.0)
-        touches = 1.0 if set(p.services) & row.words else 0.0
+        # the pattern's own service, or one the incident's errors point at (its dependency)
+        touches = 1.0 if set(p.services) & row.words else 0.5 if ev.blamed & row.words else 0.0
         if not topic and not touches:
             continue
         near = _proximity(p.first - row.at) if p.first is not None and row.at is not None else 0.0
@@ -383,6 +384,8 @@ class _Evidence:
     #: when the report says the problem began, resolved against the logs' timestamps
     reported: datetime | None = None
     rarity: dict[str, float] = field(default_factory=dict)
+    #: services that other services' warnings name
+    blamed: set[str] = field(default_factory=set)
 
     @property
     def onset(self) -> datetime | None:
@@ -439,7 +442,17 @@ def _gather(conv: Conversation) -> _Evidence:
         for w in salient(str(c.get("text", "")))
     }
     rows = change_rows(conv)
-    return _Evidence(patterns, ignored, symptom, rows, knowledge_words, asked, reported, _rarity(patterns, rows))
+    return _Evidence(
+        patterns,
+        ignored,
+        symptom,
+        rows,
+        knowledge_words,
+        asked,
+        reported,
+        _rarity(patterns, rows),
+        _blamed_services(patterns),
+    )
 
 
 _UPSTREAM = re.compile(r"\b(?:upstream|downstream)\b", re.IGNORECASE)
@@ -469,7 +482,7 @@ def rank_causes(ev: _Evidence) -> list[tuple[float, Pattern]]:
     if symptom is None:
         return []
 
-    blamed = _blamed_services(ev.patterns)
+    blamed = ev.blamed
 
     def score(p: Pattern) -> float:
         words = terms(p.template)
