@@ -654,12 +654,14 @@ def _candidate_calls(conv: Conversation, ev: _Evidence) -> list[tuple[str, dict[
             query = literal(p.template)[:200] or conv.question[:200]
             calls.append((LOOKUP_KNOWLEDGE, {"query": query, "top_k": 5}))
     if QUERY_MYSQL in conv.tools and leading:
-        onset = leading[0].first or (ev.symptom.first if ev.symptom else None)
-        calls.extend((QUERY_MYSQL, {"sql": sql}) for sql in _change_queries(conv, leading[0], onset))
+        # Changes before the leading cause began, up to the symptom: either may be their effect.
+        starts = [ts for ts in (leading[0].first, ev.symptom.first if ev.symptom else None) if ts is not None]
+        span = (min(starts), max(starts)) if starts else None
+        calls.extend((QUERY_MYSQL, {"sql": sql}) for sql in _change_queries(conv, leading[0], span))
     return calls
 
 
-def _change_queries(conv: Conversation, focus: Pattern, onset: datetime | None) -> list[str]:
+def _change_queries(conv: Conversation, focus: Pattern, span: tuple[datetime, datetime] | None) -> list[str]:
     tables = sql_tables(conv.tools.get(QUERY_MYSQL))
     wanted = focus.words | terms(conv.question)
     ranked = []
@@ -677,9 +679,9 @@ def _change_queries(conv: Conversation, focus: Pattern, onset: datetime | None) 
         where = order = ""
         if time_column:
             order = f" ORDER BY {time_column} DESC"
-            if onset is not None:
+            if span is not None:
                 # Only the changes that could explain it, whatever came later.
-                start, end = (_sql_ts(onset - CHANGE_LOOKBACK), _sql_ts(onset + CHANGE_GRACE))
+                start, end = (_sql_ts(span[0] - CHANGE_LOOKBACK), _sql_ts(span[1] + CHANGE_GRACE))
                 where = f" WHERE {time_column} >= '{start}' AND {time_column} <= '{end}'"
         out.append(f"SELECT * FROM {table}{where}{order} LIMIT 20")  # noqa: S608 - identifiers checked above
     return out
