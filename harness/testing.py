@@ -49,6 +49,7 @@ from harness.ports import (
     TableInfo,
     TimelineEvent,
     ToolAuditRecord,
+    keep_templates,
 )
 from harness.release import RunResult
 from harness.text import content_tokens, log_template, tokens
@@ -321,7 +322,7 @@ class InMemoryLogs:
             total=len(matched),
             counts_by_level=dict(Counter(line.level for line in matched)),
             counts_by_service=dict(Counter(line.service for line in matched)),
-            templates=tuple(templates[: self.max_templates]),
+            templates=keep_templates(templates, self.max_templates),
         )
 
 

@@ -38,7 +38,7 @@ from drain3 import TemplateMiner  # type: ignore[import-untyped]
 from drain3.template_miner_config import TemplateMinerConfig  # type: ignore[import-untyped]
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from harness.ports import LogLine, LogQuery, LogResult, LogTemplate
+from harness.ports import LogLine, LogQuery, LogResult, LogTemplate, keep_templates
 from harness.text import log_template
 from knowledge.models import LogEntry
 
@@ -822,17 +822,20 @@ class DatabaseLogSource:
         if total > mined:
             logger.info("log templates discovered in the newest %d of %d matching lines", mined, total)
             ranked = self._refine(qs, ranked[: self.max_templates * 2])
-        templates = tuple(
-            LogTemplate(
-                template=c.template,
-                count=c.count,
-                level=_level_name(c.level),
-                services=tuple(sorted(c.services)),
-                first_ts=_iso(c.first),
-                last_ts=_iso(c.last),
-                example=c.example,
-            )
-            for c in _most_frequent_and_severe(ranked, self.max_templates)
+        templates = keep_templates(
+            [
+                LogTemplate(
+                    template=c.template,
+                    count=c.count,
+                    level=_level_name(c.level),
+                    services=tuple(sorted(c.services)),
+                    first_ts=_iso(c.first),
+                    last_ts=_iso(c.last),
+                    example=c.example,
+                )
+                for c in ranked
+            ],
+            self.max_templates,
         )
         return LogResult(tuple(lines[:limit]), total, by_level, by_service, templates)
 
@@ -926,21 +929,6 @@ def _utc(ts: datetime) -> datetime:
 
 def _iso(ts: datetime | None) -> str:
     return "" if ts is None else _utc(ts).isoformat().replace("+00:00", "Z")
-
-
-def _most_frequent_and_severe(ranked: list[_Cluster], keep: int) -> list[_Cluster]:
-    """The ``keep`` most frequent templates, except that up to a third of the slots go to rarer
-    ERROR and FATAL ones, taken from the least frequent milder ones: a process that dies logs its
-    FATAL once, while the proxy in front of it logs every failed request."""
-    kept = ranked[:keep]
-    severe = sorted((c for c in ranked[keep:] if c.level >= _RANK["ERROR"]), key=lambda c: (-c.level, -c.count))
-    milder = [c for c in reversed(kept) if c.level < _RANK["ERROR"]]
-    swap = min(len(severe), len(milder), keep // 3)
-    if not swap:
-        return kept
-    dropped = {id(c) for c in milder[:swap]}
-    chosen = [c for c in kept if id(c) not in dropped] + severe[:swap]
-    return sorted(chosen, key=lambda c: (-c.count, c.first or _MIN_TS))
 
 
 def _level_name(level: int) -> str:
