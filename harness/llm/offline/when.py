@@ -72,9 +72,9 @@ def stated_time(question: str) -> StatedTime | None:
     """The first time of day the question gives, with its date and zone when it gives them."""
     iso = _ISO.search(question)
     if iso and iso.group(4):
-        year, month, day, hour, minute = (int(iso.group(i)) for i in range(1, 6))
+        y, mo, d, hour, minute = (int(iso.group(i)) for i in range(1, 6))
         shift = _offset_minutes(iso.group(6)) if iso.group(6) else _zone_shift(question)
-        return _valid(hour, minute, day=_date(year, month, day), shift=shift)
+        return _valid(hour, minute, day=_date(y, mo, d), shift=shift)
     clock = _clock(question)
     if clock is None:
         return None
@@ -86,6 +86,7 @@ def stated_time(question: str) -> StatedTime | None:
         found = pattern.search(question)
         if found is None:
             continue
+        year: str | None
         if order == "ymd":
             year, month, day = found.group(1), int(found.group(2)), int(found.group(3))
         elif order == "dmy":
