@@ -4,11 +4,16 @@ It reasons the way an on-call engineer reads evidence, with no knowledge of any 
 incident:
 
 1. Look broadly: the knowledge base for the question, and every WARN-or-worse log pattern.
-2. Find the *symptom* (the error pattern that matches what the engineer reported) and the
-   *cause* candidates: other error patterns that begin shortly before the symptom, use the
-   vocabulary of something running out or breaking, share its service, and are backed by a
-   document or by a recent change in a configuration table.
+2. Find the *symptom*: the error pattern that matches what the engineer reported and began
+   when they say it did (a time in the question is resolved against the logs), then look at
+   the log window around it. The *cause* candidates are other error patterns that begin
+   shortly before the symptom, use the vocabulary of something running out or breaking, share
+   its service or are blamed by other services' errors (a proxy reporting its upstream is a
+   witness, not a cause), and are backed by a document or by a recent change.
 3. Follow up: look up the cause in the knowledge base, and read the tables where changes live.
+   A change is weighed by how shortly before the pattern it came, what it touches (the
+   pattern's service, a blamed dependency, words the two share and little else does) and how
+   many new warnings began right after it and before the next change.
 4. Write claims that quote the evidence verbatim; when the evidence shows no cause, make no
    claim and say what is missing, so the run falls back honestly.
 
@@ -321,16 +326,13 @@ def _proximity(lead: timedelta) -> float:
 def _followed_by(row: ChangeRow, ev: _Evidence) -> int:
     """How many warning patterns began within minutes after the change, and before any later
     change: what a change breaks shows up right after it, in whatever services it reaches."""
-    if row.at is None:
+    onset = ev.onset
+    if row.at is None or onset is None:
         return 0
     at = row.at
     later = [r.at for r in ev.rows if r.is_change and r.at is not None and r.at > at]
-    until = min([at + ALIGNED, *later])
     # Only what began around the incident counts: other noise starts at random times all day.
-    onset = ev.onset
-    if onset is None:
-        return 0
-    since, until = max(at, onset - INCIDENT_LEAD), min(until, onset + INCIDENT_TAIL)
+    since, until = max(at, onset - INCIDENT_LEAD), min([at + ALIGNED, onset + INCIDENT_TAIL, *later])
     return sum(1 for p in ev.patterns if p.rank >= 2 and p.first is not None and since <= p.first <= until)
 
 
@@ -355,7 +357,7 @@ def _change_support(p: Pattern, ev: _Evidence) -> tuple[float, ChangeRow | None]
         if not topic and not touches:
             continue
         near = _proximity(p.first - row.at) if p.first is not None and row.at is not None else 0.0
-        value = topic + touches + near + 0.5 * min(_followed_by(row, ev), 4)
+        value = topic + touches + near + 0.5 * min(ev.followed.get(id(row), 0), 4)
         if value > best[0]:
             best = (value, row)
     return best
@@ -386,6 +388,8 @@ class _Evidence:
     rarity: dict[str, float] = field(default_factory=dict)
     #: services that other services' warnings name
     blamed: set[str] = field(default_factory=set)
+    #: how many new warnings followed each change row (by ``id``), see ``_followed_by``
+    followed: dict[int, int] = field(default_factory=dict)
 
     @property
     def onset(self) -> datetime | None:
@@ -442,7 +446,7 @@ def _gather(conv: Conversation) -> _Evidence:
         for w in salient(str(c.get("text", "")))
     }
     rows = change_rows(conv)
-    return _Evidence(
+    ev = _Evidence(
         patterns,
         ignored,
         symptom,
@@ -453,6 +457,8 @@ def _gather(conv: Conversation) -> _Evidence:
         _rarity(patterns, rows),
         _blamed_services(patterns),
     )
+    ev.followed = {id(row): _followed_by(row, ev) for row in rows if row.is_change}
+    return ev
 
 
 _UPSTREAM = re.compile(r"\b(?:upstream|downstream)\b", re.IGNORECASE)
