@@ -375,6 +375,7 @@ _RFC5424 = re.compile(
 _ISO_SYSLOG_TAIL = re.compile(r"^(?P<host>[\w.\-]+) (?P<tag>[\w.\-/]+)\[(?P<pid>\d+)\]: ?(?P<rest>.*)$", re.S)
 _LEVEL_PART = r"(?P<tok>[\[<(]?(?P<lvl>[A-Za-z]{3,13})[\]>)]?:?)"
 _LEVEL_FIRST = re.compile(rf"^{_LEVEL_PART}(?:\s+(?P<after>.*))?$", re.S)
+_SYSLOG_SEQUENCE = re.compile(r"^\[\d+-\d+\]\s+")
 _BRACKET_SERVICE_FIRST = re.compile(rf"^\[(?P<svc>[^\]\s]{{1,200}})\]:?\s+{_LEVEL_PART}\s+(?P<msg>.*)$", re.S)
 _SERVICE_FIRST = re.compile(rf"^(?P<svc>[a-z0-9][a-z0-9_.\-/@]*):?\s+{_LEVEL_PART}\s+(?P<msg>.*)$", re.S)
 _BRACKET_SERVICE = re.compile(r"^\[(?P<svc>[^\]\s]{1,200})\]:?\s+(?P<msg>.*)$", re.S)
@@ -476,7 +477,8 @@ def _syslog_entry(ts: datetime, m: re.Match[str], pri: str | None, default_servi
     attributes = {k: m[k] for k in ("host", "pid") if m[k] and m[k] != "-"}
     rest = m["rest"].lstrip("\ufeff")
     level = None
-    lm = _LEVEL_FIRST.match(rest)
+    # PostgreSQL numbers its syslog lines ("[3-1] FATAL:  …"): the level word follows the number
+    lm = _LEVEL_FIRST.match(_SYSLOG_SEQUENCE.sub("", rest, count=1))
     if lm is not None and (level := _level_of(lm)) is not None:
         rest = lm["after"] or ""
     elif pri is not None and int(pri) <= 191:

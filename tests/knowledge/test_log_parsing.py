@@ -448,3 +448,14 @@ def test_offsets_other_than_utc_in_a_file(tmp_path: Path) -> None:
     path = write(tmp_path / "tz.log", f"{local.isoformat()} ERROR svc-a x\n".encode())
     (line,) = parse_file(path)
     assert isinstance(line, ParsedLine) and line.ts == T
+
+
+def test_a_postgres_syslog_line_keeps_its_level_after_the_sequence_number() -> None:
+    line = '2026-05-06T09:27:41.191Z db-0 postgres[477]: [7-1] FATAL:  password authentication failed for user "svc"'
+    detail = "2026-05-06T09:27:41.191Z db-0 postgres[477]: [7-2] DETAIL:  Connection matched pg_hba.conf line 99"
+
+    fatal, other = parse_line(line), parse_line(detail)
+
+    assert (fatal.service, fatal.level) == ("postgres", "FATAL")
+    assert fatal.message == 'password authentication failed for user "svc"'
+    assert (other.level, other.message) == ("INFO", "[7-2] DETAIL:  Connection matched pg_hba.conf line 99")
