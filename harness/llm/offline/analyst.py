@@ -54,6 +54,8 @@ INCIDENT_LEAD = timedelta(minutes=60)
 INCIDENT_TAIL = timedelta(minutes=15)
 #: A pattern seen this soon after the window opened may well have begun before it.
 WINDOW_EDGE = timedelta(minutes=2)
+#: A sparse pattern also seen this shortly before its first line in a window was already going on.
+RECURRING = timedelta(hours=12)
 #: A symptom begins around the time the report gives: at most this long before it, or after it.
 REPORT_LEAD = timedelta(minutes=45)
 REPORT_LAG = timedelta(minutes=90)
@@ -194,7 +196,9 @@ def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
                 # same message on another day would blur it); a query over all time says when it
                 # began if it was already there when the window opened.
                 window, overall = (found, known) if found.windowed else (known, found)
-                if window.first is None:
+                if window.first is None or (
+                    overall.first is not None and timedelta(0) < window.first - overall.first <= RECURRING
+                ):
                     window.first = overall.first
                 patterns[found.template] = window
             elif found.count > known.count:
@@ -292,11 +296,11 @@ def change_rows(conv: Conversation) -> list[ChangeRow]:
     return out
 
 
-def _onset_score(candidate: Pattern, symptom: Pattern | None) -> float:
-    """A cause starts shortly before its symptom and is still going when the symptom starts."""
-    if symptom is None or candidate.first is None or symptom.first is None:
+def _onset_score(candidate: Pattern, began: datetime | None) -> float:
+    """A cause starts shortly before the symptom ``began`` and is still going when it does."""
+    if began is None or candidate.first is None:
         return 0.0
-    lead = (symptom.first - candidate.first).total_seconds()
+    lead = (began - candidate.first).total_seconds()
     if lead < -120:
         score = -2.0  # begins after the symptom: an effect, not a cause
     elif lead <= 900:
@@ -307,7 +311,7 @@ def _onset_score(candidate: Pattern, symptom: Pattern | None) -> float:
         score = -0.5  # it was there well before anything broke
     else:
         score = -1.5  # chronic
-    if candidate.last is not None and candidate.last < symptom.first - timedelta(minutes=1):
+    if candidate.last is not None and candidate.last < began - timedelta(minutes=1):
         score -= 1.5  # over before the symptom began
     return score
 
@@ -392,10 +396,21 @@ class _Evidence:
     followed: dict[int, int] = field(default_factory=dict)
 
     @property
+    def symptom_began(self) -> datetime | None:
+        """When the symptom began: its first line, or the reported time if that is later (older
+        lines can share the symptom's template)."""
+        first = self.symptom.first if self.symptom else None
+        if first is None or self.reported is None:
+            return first or self.reported
+        return max(first, self.reported)
+
+    @property
     def onset(self) -> datetime | None:
-        """When the incident began: the reported time or the symptom's first line, the earlier."""
-        starts = [ts for ts in (self.reported, self.symptom.first if self.symptom else None) if ts is not None]
-        return min(starts) if starts else None
+        """When the incident began: the time the reporter gives, else the symptom's first line (a
+        pattern can begin earlier than the incident, when older lines share its template)."""
+        if self.reported is not None:
+            return self.reported
+        return self.symptom.first if self.symptom else None
 
 
 def reported_onset(conv: Conversation, patterns: list[Pattern]) -> datetime | None:
@@ -494,7 +509,7 @@ def rank_causes(ev: _Evidence) -> list[tuple[float, Pattern]]:
         words = terms(p.template)
         causal = len(words & CAUSE_TERMS)
         value = 1.0 * min(causal, 3) - (1.0 if words & SYMPTOM_TERMS and not causal else 0.0)
-        value += _onset_score(p, symptom) + (1.0 if p.rank >= 3 else 0.0)
+        value += _onset_score(p, ev.symptom_began) + (1.0 if p.rank >= 3 else 0.0)
         if _reports_elsewhere(p, blamed):
             value -= 1.0  # a proxy or client telling of its upstream's failure: a witness, not a cause
         elif set(p.services) & set(symptom.services):
@@ -660,8 +675,8 @@ def _candidate_calls(conv: Conversation, ev: _Evidence) -> list[tuple[str, dict[
             query = literal(p.template)[:200] or conv.question[:200]
             calls.append((LOOKUP_KNOWLEDGE, {"query": query, "top_k": 5}))
     if QUERY_MYSQL in conv.tools and leading:
-        # Changes before the leading cause began, up to the symptom: either may be their effect.
-        starts = [ts for ts in (leading[0].first, ev.symptom.first if ev.symptom else None) if ts is not None]
+        # Changes before the leading cause began, up to the incident: the symptom may be their effect.
+        starts = [ts for ts in (leading[0].first, ev.symptom.first if ev.symptom else None, ev.onset) if ts]
         span = (min(starts), max(starts)) if starts else None
         calls.extend((QUERY_MYSQL, {"sql": sql}) for sql in _change_queries(conv, leading[0], span))
     return calls

@@ -152,6 +152,8 @@ CHANGE_TERMS = frozenset(
         "release",
         "rollout",
         "migration",
+        "rotation",
+        "rotated",
         "audit",
         "history",
         "version",
