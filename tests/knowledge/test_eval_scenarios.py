@@ -440,16 +440,16 @@ REGRESSION = Path(__file__).resolve().parent / "regression_incidents" / "scenari
 
 @pytest.mark.timeout(600)
 def test_incidents_unlike_the_demo_set_are_diagnosed(command_env: dict[str, str], transactional_db: None) -> None:
-    """Four incidents written apart from the demo set and the analyst (consumer lag after a
+    """Five incidents written apart from the demo set and the analyst (consumer lag after a
     concurrency change, a thread pool filled by a slower dependency two hops away, a DNS zone
-    dropped from the cluster resolver, a provider's rate limit hit by a batch job), each with
-    noise, chronic errors and red-herring changes: the analyst must name the recorded change
-    that caused each one."""
+    dropped from the cluster resolver, a provider's rate limit hit by a batch job, a database
+    password rotated under a worker that caches it), each with noise, chronic errors and
+    red-herring changes: the analyst must name the recorded change that caused each one."""
     result = eval_command(str(REGRESSION), "--json", env={**command_env, "EMBEDDINGS_PROVIDER": "none"}, timeout=540)
 
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     report = json.loads(result.stdout)
-    assert report["total"] == 4 and report["passed"] == 4
+    assert report["total"] == 5 and report["passed"] == 5
     assert all(s["citations_valid"] == s["citations"] for s in report["scenarios"])
 
 
