@@ -456,6 +456,7 @@ def test_a_postgres_syslog_line_keeps_its_level_after_the_sequence_number() -> N
 
     fatal, other = parse_line(line), parse_line(detail)
 
+    assert fatal is not None and other is not None
     assert (fatal.service, fatal.level) == ("postgres", "FATAL")
     assert fatal.message == 'password authentication failed for user "svc"'
     assert (other.level, other.message) == ("INFO", "[7-2] DETAIL:  Connection matched pg_hba.conf line 99")
