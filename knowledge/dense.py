@@ -73,19 +73,20 @@ class DenseIndex:
 
     def __init__(self, vectors: Vectors, *, threads: int = 0, quantize_from: int = QUANTIZE_FROM) -> None:
         self.vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        self.usable = np.abs(self.vectors).sum(axis=1) > 0
+        l1 = np.abs(self.vectors).sum(axis=1)
+        self.usable = l1 > 0
         self._scan: Any = None
         if len(self.vectors) >= quantize_from and self.usable.any():
-            self._quantize(threads)
+            self._quantize(threads, max_row_l1=float(l1.max()))
 
-    def _quantize(self, threads: int) -> None:
+    def _quantize(self, threads: int, *, max_row_l1: float) -> None:
         from onnx import TensorProto, helper, numpy_helper
 
         largest = np.abs(self.vectors).max(axis=1)
         self._row_scale = (np.where(largest > 0, largest, 1.0) / 127.0).astype(np.float32)
         codes = np.rint(self.vectors / self._row_scale[:, None]).astype(np.int8)
         self._max_row_scale = float(self._row_scale.max())
-        self._max_row_l1 = float(np.abs(self.vectors).sum(axis=1).max())
+        self._max_row_l1 = max_row_l1
         rows, dimension = codes.shape
         graph = helper.make_graph(
             [helper.make_node("MatMulInteger", ["query", "codes", "zero"], ["scores"])],

@@ -58,23 +58,22 @@ class _Graph:
     """Collects the nodes and weights of an ONNX graph; each node gets a fresh output name."""
 
     def __init__(self) -> None:
+        from onnx import helper, numpy_helper
+
+        self._helper, self._numpy_helper = helper, numpy_helper
         self.nodes: list[Any] = []
         self.weights: list[Any] = []
 
     def weight(self, name: str, value: npt.NDArray[Any]) -> str:
-        from onnx import numpy_helper
-
-        self.weights.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        self.weights.append(self._numpy_helper.from_array(np.ascontiguousarray(value), name))
         return name
 
     def op(self, kind: str, *inputs: str, **attributes: Any) -> str:
         return self.ops(kind, *inputs, outputs=1, **attributes)[0]
 
     def ops(self, kind: str, *inputs: str, outputs: int, **attributes: Any) -> list[str]:
-        from onnx import helper
-
         names = [f"{kind.lower()}_{len(self.nodes)}_{i}" for i in range(outputs)]
-        self.nodes.append(helper.make_node(kind, list(inputs), names, **attributes))
+        self.nodes.append(self._helper.make_node(kind, list(inputs), names, **attributes))
         return names
 
 
