@@ -52,6 +52,7 @@ from rest_framework import status as http_status
 from chat.errors import ApplicationError
 from harness.ports import KnowledgeResult
 from knowledge.chunking import search_text
+from knowledge.dense import exact_scores
 from knowledge.embeddings import Embedder, Vectors, from_bytes
 from knowledge.lexical import terms
 from knowledge.models import Chunk
@@ -367,7 +368,7 @@ class MilvusKnowledgeSearch:
             cosine = None
             if vector is not None and row.embedding and row.embedding_model == name:
                 stored = from_bytes(row.embedding, self._dimension)
-                cosine = float(stored @ np.asarray(vector, dtype=np.float32)) if stored is not None else None
+                cosine = float(exact_scores(stored[None, :], vector)[0]) if stored is not None else None
             if coverage < self.config.min_coverage and (cosine is None or cosine < self.config.min_cosine):
                 continue
             dup = duplicate_key(text)
