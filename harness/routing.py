@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 import json
 import logging
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -31,13 +30,14 @@ class Intent(enum.StrEnum):
 
 
 class _RouterReply(BaseModel):
+    # strict JSON: exactly one of Intent's values, spelled as they are
     model_config = ConfigDict(extra="forbid", strict=True)
-    intent: Literal["SYSTEM_CHAT", "KNOWLEDGE_QUERY", "DIAGNOSIS"]
+    intent: Intent
 
 
 def parse_intent(text: str | None) -> Intent | None:
     try:
-        return Intent(_RouterReply.model_validate_json((text or "").strip()).intent)
+        return _RouterReply.model_validate_json((text or "").strip()).intent
     except ValidationError:
         return None
 

@@ -7,35 +7,24 @@ text, tool arguments or results. The reasoning audit is the one restricted excep
 
 from __future__ import annotations
 
+import enum
 import uuid
 
 from django.conf import settings
 from django.db import models
 
+# The run's states are the harness's own: one definition, which the columns' choices follow.
+from harness.context import Outcome, RunStatus
+from harness.routing import Intent
 
-class RunStatus(models.TextChoices):
-    QUEUED = "queued"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
+
+def choices(values: type[enum.StrEnum]) -> list[tuple[str, str]]:
+    """A harness enum as model field choices, labelled as Django's ``TextChoices`` would be."""
+    return [(member.value, member.name.replace("_", " ").title()) for member in values]
 
 
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
 TERMINAL_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
-
-
-class Outcome(models.TextChoices):
-    SUCCESS = "success"
-    FALLBACK = "fallback"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-class Intent(models.TextChoices):
-    SYSTEM_CHAT = "SYSTEM_CHAT"
-    KNOWLEDGE_QUERY = "KNOWLEDGE_QUERY"
-    DIAGNOSIS = "DIAGNOSIS"
 
 
 class ChatSession(models.Model):
@@ -60,9 +49,9 @@ class Run(models.Model):
     session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="runs")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
     question = models.TextField()
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
-    intent = models.CharField(max_length=32, choices=Intent.choices, blank=True)
-    outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
+    status = models.CharField(max_length=16, choices=choices(RunStatus), default=RunStatus.QUEUED)
+    intent = models.CharField(max_length=32, choices=choices(Intent), blank=True)
+    outcome = models.CharField(max_length=16, choices=choices(Outcome), blank=True)
     fallback_reason = models.CharField(max_length=64, blank=True)
     failure_code = models.CharField(max_length=64, blank=True)
     failure_message = models.CharField(max_length=300, blank=True)
