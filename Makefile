@@ -43,7 +43,7 @@ lint: $(STAMP) ## ruff lint and format check
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP) ## mypy (strict on harness/, django-stubs elsewhere)
-	$(BIN)/mypy harness chat traces knowledge config tests bench
+	$(BIN)/mypy harness core chat traces knowledge config tests bench
 
 migrations: $(STAMP) ## fail if the models and the migrations have drifted apart
 	$(BIN)/python manage.py makemigrations --check --dry-run

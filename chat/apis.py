@@ -2,55 +2,20 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chat import selectors, services
-from chat.errors import ApplicationError
 from chat.representations import run_resource, session_resource
-from traces.models import Feedback
-
-MAX_QUESTION_CHARS = 8_000
-
-
-class InvalidId(ApplicationError):
-    code = "invalid_id"
-    message = "The id in the URL is not a valid UUID."
-
-
-def parse_id(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise InvalidId() from None
-
-
-class StrictSerializer(serializers.Serializer[Any]):
-    """Unknown fields are an error, not silently ignored."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
-        return super().to_internal_value(data)
-
-
-class TextField(serializers.CharField):
-    """A string, and only a string: DRF's CharField would turn 42 into "42"."""
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return str(super().to_internal_value(data))
+from core.api import NewestFirst, StrictSerializer, TextField, parse_id
+from harness.application import MAX_QUESTION_CHARS
+from traces.models import Feedback, RunStatus
 
 
 class RunOutput(serializers.Serializer[Any]):
@@ -58,7 +23,7 @@ class RunOutput(serializers.Serializer[Any]):
 
     id = serializers.UUIDField()
     session_id = serializers.UUIDField()
-    status = serializers.ChoiceField(choices=["queued", "running", "completed", "failed", "cancelled"])
+    status = serializers.ChoiceField(choices=[s.value for s in RunStatus])
     intent = serializers.CharField(allow_null=True)
     outcome = serializers.CharField(allow_null=True)
     question = serializers.CharField()
@@ -187,13 +152,6 @@ class FeedbackApi(APIView):
             {"run_id": str(run.id), "rating": feedback.rating, "comment": feedback.comment},
             status=status.HTTP_201_CREATED,
         )
-
-
-class NewestFirst(CursorPagination):
-    ordering = ("-created_at", "-id")
-    page_size = 20
-    max_page_size = 100
-    page_size_query_param = "page_size"
 
 
 class SessionOutput(serializers.Serializer[Any]):

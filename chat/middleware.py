@@ -29,7 +29,8 @@ from django.middleware.common import CommonMiddleware
 from django.middleware.csrf import CsrfViewMiddleware
 from django.middleware.security import SecurityMiddleware
 
-from chat.errors import PayloadTooLarge, envelope
+from core.api import STATUS_OF
+from core.errors import PayloadTooLarge, envelope
 
 API_PREFIX = "/api/"
 #: file uploads: streamed by the multipart parser, limited by the upload size (plus the form)
@@ -52,7 +53,7 @@ def _too_big(request: HttpRequest) -> HttpResponse | None:
     if not too_big:
         return None
     error = PayloadTooLarge(f"The request body is larger than {limit} bytes.")
-    return JsonResponse(envelope(error.code, error.message), status=error.status_code)
+    return JsonResponse(envelope(error.code, error.message), status=STATUS_OF[error.kind])
 
 
 class BodySizeLimitMiddleware:

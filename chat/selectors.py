@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from chat.errors import NotFound
+from core.errors import NotFound
 from traces.models import ChatSession, Run
 
 

@@ -14,11 +14,12 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from chat.authentication import digest, forget_cached_keys, new_raw_key
-from chat.errors import IdempotencyConflict, NotFound, QueueFull, QueueUnavailable, SessionBusy
+from chat.errors import IdempotencyConflict, SessionBusy
 from chat.events import EventStreamObserver, archive_events, emit_metadata, emit_run_terminal, event_rows
 from chat.models import ApiKey
 from chat.redis_store import client as redis_client
 from chat.redis_store import request_cancel
+from core.errors import NotFound, QueueFull, QueueUnavailable
 from harness.application import ChatRequest, RunNotClaimed
 from harness.context import CancelReason
 from traces.models import ACTIVE_STATUSES, ChatSession, Feedback, Outcome, Run, RunStatus

@@ -46,8 +46,8 @@ from django_eventstream.utils import sse_encode_event
 from django_eventstream.views import Listener, get_listener_manager
 
 from chat.authentication import cached_user_for_key, key_from_header, user_for_key
-from chat.errors import envelope
 from chat.events import TERMINAL_EVENT, RunEventStorage, channel_for, events_key, owner_key
+from core.errors import envelope
 from traces.models import Run
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ urlpatterns = [
     path("api/", include("knowledge.urls")),
 ]
 
-handler404 = "chat.errors.not_found"
-handler500 = "chat.errors.server_error"
-handler400 = "chat.errors.bad_request"
-handler403 = "chat.errors.permission_denied"
+handler404 = "core.api.not_found"
+handler500 = "core.api.server_error"
+handler400 = "core.api.bad_request"
+handler403 = "core.api.permission_denied"

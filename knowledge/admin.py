@@ -14,11 +14,11 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
+from core.admin import ReadOnlyAdmin  # ingestion, not the admin, writes these rows
 from harness.ports import Runbook as RunbookSpec
 from harness.prompts import agent_instructions
 from knowledge.models import Chunk, Document, LogEntry, Runbook
 from knowledge.runbooks import SECTIONS, missing_sections
-from traces.admin import ReadOnlyAdmin  # ingestion, not the admin, writes these rows
 
 #: What the agent's instructions keep of all matched runbooks together (harness.prompts).
 PROMPT_BUDGET_CHARS = 4_000

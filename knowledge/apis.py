@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from chat.apis import NewestFirst, StrictSerializer, TextField, parse_id
+from core.api import NewestFirst, StrictSerializer, TextField, parse_id
 from knowledge import selectors, services
 from knowledge.models import Document, DocumentStatus
 

@@ -47,9 +47,8 @@ from pymilvus import (  # type: ignore[import-untyped]
     MilvusException,
     RRFRanker,
 )
-from rest_framework import status as http_status
 
-from chat.errors import ApplicationError
+from core.errors import ApplicationError, ErrorKind
 from harness.ports import KnowledgeResult
 from knowledge.chunking import search_text
 from knowledge.dense import exact_scores
@@ -73,7 +72,7 @@ WRITE_BATCH = 500
 
 class SearchUnavailable(ApplicationError):
     code = "knowledge_unavailable"
-    status_code = http_status.HTTP_503_SERVICE_UNAVAILABLE
+    kind = ErrorKind.UNAVAILABLE
     message = "The knowledge index cannot be reached right now; try again shortly."
 
 

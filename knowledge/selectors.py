@@ -6,7 +6,7 @@ import uuid
 
 from django.db.models import QuerySet
 
-from chat.errors import NotFound
+from core.errors import NotFound
 from knowledge.models import Document
 
 

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from chat.errors import ApplicationError, PayloadTooLarge, QueueUnavailable
+from core.errors import ApplicationError, PayloadTooLarge, QueueUnavailable
 from knowledge.chunking import ChunkLimits, chunk_text, search_text
 from knowledge.embeddings import Embedder, EmbeddingUnavailable, to_bytes
 from knowledge.extract import ExtractionError, content_type_for, extract

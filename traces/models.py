@@ -14,8 +14,9 @@ from django.conf import settings
 from django.db import models
 
 # The run's states are the harness's own: one definition, which the columns' choices follow.
-from harness.context import Outcome, RunStatus
-from harness.routing import Intent
+from harness.context import Outcome as Outcome
+from harness.context import RunStatus as RunStatus
+from harness.routing import Intent as Intent
 
 
 def choices(values: type[enum.StrEnum]) -> list[tuple[str, str]]:

@@ -17,6 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from pymilvus import DataType, MilvusClient  # type: ignore[import-untyped]
 
 from chat import wiring
+from core.api import STATUS_OF
 from knowledge import services
 from knowledge.embeddings import Embedder, Vectors, embedder_from_config, normalise
 from knowledge.milvus import MilvusKnowledgeSearch, SearchUnavailable, safe_uri, term_text, term_word
@@ -275,7 +276,7 @@ def test_a_collection_this_service_did_not_make_is_never_dropped(db: None, engin
     with pytest.raises(SearchUnavailable) as raised:
         engine.search("ENOSPC", 3)
 
-    assert raised.value.status_code == 503 and "theirs" in raised.value.message
+    assert STATUS_OF[raised.value.kind] == 503 and "theirs" in raised.value.message
     assert client.has_collection("theirs")
 
 
@@ -285,7 +286,7 @@ def test_milvus_out_of_reach_is_a_typed_503_error(db: None) -> None:
     with pytest.raises(SearchUnavailable) as raised:
         engine.search("ENOSPC", 3)
 
-    assert raised.value.code == "knowledge_unavailable" and raised.value.status_code == 503
+    assert raised.value.code == "knowledge_unavailable" and STATUS_OF[raised.value.kind] == 503
 
 
 def test_status_names_the_server_without_its_credentials() -> None:

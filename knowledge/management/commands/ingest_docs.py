@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from chat.errors import ApplicationError
+from core.errors import ApplicationError
 from knowledge import services
 from knowledge.embeddings import EmbeddingUnavailable
 from knowledge.extract import TYPES

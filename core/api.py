@@ -1,0 +1,164 @@
+"""The API edge every app shares: the DRF exception handler and Django's error views (one
+envelope for all of them), strict input serializers, ids from URLs, and pagination.
+
+DRF's and Django's own errors (404, 405, 500, bad JSON, oversized bodies) are mapped onto the
+same envelope as :class:`~core.errors.ApplicationError`. Nothing here ever includes a stack
+trace, SQL, a prompt or a provider's message.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+from rest_framework import exceptions, serializers, status
+from rest_framework.pagination import CursorPagination
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from core.errors import ApplicationError, ErrorKind, envelope
+
+#: the HTTP status of each kind of application error
+STATUS_OF: dict[ErrorKind, int] = {
+    ErrorKind.INVALID: status.HTTP_400_BAD_REQUEST,
+    ErrorKind.NOT_FOUND: status.HTTP_404_NOT_FOUND,
+    ErrorKind.CONFLICT: status.HTTP_409_CONFLICT,
+    ErrorKind.REJECTED: status.HTTP_422_UNPROCESSABLE_ENTITY,
+    ErrorKind.TOO_LARGE: status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    ErrorKind.LIMITED: status.HTTP_429_TOO_MANY_REQUESTS,
+    ErrorKind.UNAVAILABLE: status.HTTP_503_SERVICE_UNAVAILABLE,
+}
+
+
+class InvalidId(ApplicationError):
+    code = "invalid_id"
+    message = "The id in the URL is not a valid UUID."
+
+
+def parse_id(value: str) -> uuid.UUID:
+    """A UUID from a URL, or 400 ``invalid_id``."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidId() from None
+
+
+class StrictSerializer(serializers.Serializer[Any]):
+    """Unknown fields are an error, not silently ignored."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class TextField(serializers.CharField):
+    """A string, and only a string: DRF's CharField would turn 42 into "42"."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class NewestFirst(CursorPagination):
+    ordering = ("-created_at", "-id")
+    page_size = 20
+    max_page_size = 100
+    page_size_query_param = "page_size"
+
+
+def error_response(exc: ApplicationError) -> Response:
+    """An application error as the API answers it."""
+    response = Response(envelope(exc.code, exc.message, exc.details), status=STATUS_OF[exc.kind])
+    if exc.retry_after_s is not None:
+        response["Retry-After"] = str(exc.retry_after_s)
+    return response
+
+
+def _validation_details(detail: Any) -> Any:
+    if isinstance(detail, dict):
+        return {str(k): _validation_details(v) for k, v in detail.items()}
+    if isinstance(detail, list):
+        return [_validation_details(v) for v in detail]
+    return str(detail)
+
+
+_DRF_CODES: list[tuple[type[exceptions.APIException], str, str]] = [
+    (exceptions.ParseError, "invalid_json", "The request body is not valid JSON."),
+    (exceptions.NotAuthenticated, "unauthenticated", "Authentication is required: send 'Authorization: Bearer <key>'."),
+    (exceptions.AuthenticationFailed, "invalid_api_key", "The API key is missing, malformed, unknown or revoked."),
+    (exceptions.PermissionDenied, "permission_denied", "You are not allowed to do this."),
+    (exceptions.NotFound, "not_found", "Not found."),
+    (exceptions.MethodNotAllowed, "method_not_allowed", "This method is not allowed here."),
+    (exceptions.NotAcceptable, "not_acceptable", "The requested format is not available."),
+    (exceptions.UnsupportedMediaType, "unsupported_media_type", "Send JSON (Content-Type: application/json)."),
+    (exceptions.Throttled, "rate_limited", "Too many requests; slow down."),
+]
+
+
+def _accepted_media_types(context: dict[str, Any]) -> list[str]:
+    view = context.get("view")
+    return [str(parser.media_type) for parser in getattr(view, "parser_classes", ())]
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's EXCEPTION_HANDLER."""
+    if isinstance(exc, ApplicationError):
+        return error_response(exc)
+    handled = drf_exception_handler(exc, context)
+    if handled is None:
+        return None  # an unexpected error: Django's handler500 answers, with the envelope
+    response = handled
+    if isinstance(exc, exceptions.ValidationError):
+        response.data = envelope(
+            "invalid_request", "The request is not valid.", {"fields": _validation_details(exc.detail)}
+        )
+        return response
+    accepted = _accepted_media_types(context)
+    if accepted and "application/json" not in accepted:
+        # Endpoints that take something else (uploads are multipart) say so.
+        if isinstance(exc, exceptions.ParseError):
+            response.data = envelope("invalid_body", f"The request body is not valid {' or '.join(accepted)}.")
+            return response
+        if isinstance(exc, exceptions.UnsupportedMediaType):
+            response.data = envelope("unsupported_media_type", f"Send {' or '.join(accepted)}.")
+            return response
+    for kind, code, message in _DRF_CODES:
+        if isinstance(exc, kind):
+            response.data = envelope(code, message)
+            return response
+    response.data = envelope("error", "The request failed.")
+    return response
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse(envelope("not_found", "Not found."), status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse(envelope("internal_error", "The server failed; the error was logged."), status=500)
+    return defaults.server_error(request)
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse(envelope("bad_request", "The request could not be understood."), status=400)
+    return defaults.bad_request(request, exception)  # type: ignore[arg-type]
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse(envelope("permission_denied", "You are not allowed to do this."), status=403)
+    return defaults.permission_denied(request, exception)  # type: ignore[arg-type]
