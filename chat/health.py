@@ -51,7 +51,7 @@ def _evidence() -> dict[str, Any]:
     source = str(settings.EVIDENCE_SOURCE)
     if source != "database":
         return {"source": source}
-    from chat.wiring import knowledge_search
+    from knowledge.backends import knowledge_search
 
     return {"source": source, "knowledge": knowledge_search().status()}
 

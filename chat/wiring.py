@@ -9,29 +9,28 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import TYPE_CHECKING, Any
+import uuid
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from chat.redis_store import RedisCancelSignal, RedisInvocationStore
-from harness.application import ChatApplication, HarnessSettings
+from harness.application import ChatApplication, ChatRequest, HarnessSettings
 from harness.audit import AuditSinks
 from harness.context import Budgets
 from harness.llm.base import ChatModel, Models
 from harness.llm.offline import OfflineAnalyst
 from harness.llm.openai_compat import OpenAICompatibleModel, OpenAIConfig
-from harness.ports import RunbookSource
-from knowledge.embeddings import Embedder, embedder_from_config
+from harness.ports import InvocationStatus, RunbookSource
+from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
+from knowledge.backends import knowledge_search
 from knowledge.logs import DatabaseLogSource
-from knowledge.retrieval import RetrievalConfig
 from knowledge.runbooks import DatabaseRunbooks
+from knowledge.scenarios import Executed, ScenarioEvidence, ScenarioExecutor
 from knowledge.search import DatabaseKnowledgeSearch
-from knowledge.sqlsource import sql_source_from_settings
+from knowledge.sqlsource import DatabaseSqlSource, sql_source_from_settings
 from traces.stores import DjangoAuditSinks, DjangoRunStore
-
-if TYPE_CHECKING:
-    from knowledge.milvus import MilvusKnowledgeSearch
 
 ROLES = ("router", "agent", "guard")
 
@@ -90,36 +89,6 @@ class _Slowed:
             return attribute(*args, **kwargs)
 
         return slowed
-
-
-@functools.cache
-def embedder() -> Embedder | None:
-    """The configured embedder (``EMBEDDINGS_PROVIDER``), one per process; ``None`` is lexical only."""
-    return embedder_from_config(settings.EMBEDDINGS)
-
-
-@functools.cache
-def knowledge_search() -> DatabaseKnowledgeSearch | MilvusKnowledgeSearch:
-    """``KNOWLEDGE_ENGINE``: ``local`` (an index in this process's memory) or ``milvus``."""
-    k: dict[str, Any] = settings.KNOWLEDGE
-    config = RetrievalConfig(
-        min_coverage=k["MIN_COVERAGE"], min_cosine=k["MIN_COSINE"], threads=settings.COMPUTE_THREADS
-    )
-    engine = k.get("ENGINE", "local")
-    if engine == "local":
-        return DatabaseKnowledgeSearch(embedder=embedder(), config=config)
-    if engine == "milvus":
-        from knowledge.milvus import MilvusKnowledgeSearch  # pymilvus is imported only when chosen
-
-        return MilvusKnowledgeSearch(
-            embedder=embedder(),
-            uri=k["MILVUS_URI"],
-            collection=k["MILVUS_COLLECTION"],
-            token=k["MILVUS_TOKEN"],
-            timeout_s=k["MILVUS_TIMEOUT_S"],
-            config=config,
-        )
-    raise ImproperlyConfigured(f"KNOWLEDGE_ENGINE must be local or milvus, not {engine!r}")
 
 
 def _database_backends() -> dict[str, Any]:
@@ -182,3 +151,36 @@ def application() -> ChatApplication:
         cancel_signal=RedisCancelSignal,
         **evidence_backends(),
     )
+
+
+def scenario_executor(*, with_models: Models | None = None) -> ScenarioExecutor:
+    """How ``eval_scenarios`` runs a question: the chain the service runs, with these models
+    (default: this process's) and the service's harness settings, over the database evidence
+    the scenario loaded; the run itself lives in memory, so an evaluation writes no run rows."""
+    chosen = with_models or models()
+
+    def execute(question: str, evidence: ScenarioEvidence) -> Executed:
+        invocations, audit = InMemoryInvocationStore(), InMemoryAudit()
+        app = ChatApplication(
+            models=chosen,
+            run_store=InMemoryRunStore(),
+            invocations=invocations,
+            audit=audit.sinks(),
+            knowledge=DatabaseKnowledgeSearch(embedder=evidence.embedder),
+            logs=DatabaseLogSource(),
+            sql=DatabaseSqlSource(evidence.sql_url) if evidence.sql_url else None,
+            runbooks=DatabaseRunbooks(check_interval_s=0) if evidence.runbooks else None,
+            settings=harness_settings(),
+        )
+        run_id = str(uuid.uuid4())
+        started = time.perf_counter()
+        result = app.execute(ChatRequest(question, "eval", run_id=run_id), RecordingObserver())
+        seconds = time.perf_counter() - started
+        calls = []
+        for record in audit.tools:
+            invocation = invocations.get(run_id, record.tool_call_id)
+            ready = invocation is not None and invocation.status is InvocationStatus.READY
+            calls.append((record.tool, invocation.raw_result if ready and invocation else None))
+        return Executed(result, tuple(calls), seconds)
+
+    return execute

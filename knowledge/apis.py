@@ -131,7 +131,7 @@ class KnowledgeSearchApi(APIView):
     def post(self, request: Request) -> Response:
         form = self.InputSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        from chat.wiring import knowledge_search
+        from knowledge.backends import knowledge_search
 
         found, mode = knowledge_search().matches(form.validated_data["query"], form.validated_data["top_k"])
         chunks = [

@@ -17,16 +17,14 @@ A scenario file is YAML (paths are relative to the file)::
 Each scenario runs alone: the knowledge base, log store and runbooks of the (scratch) database
 are emptied and loaded with its evidence through the same code paths as document uploads and
 ``ingest_logs``; its tables go to a scratch SQLite file the agent reads read-only. Then the
-question runs through the real chain (router, agent, tools, guards, release) with the
-configured models, and the result is scored.
+question runs through the real chain (router, agent, tools, guards, release), as the
+composition root builds it (``chat.wiring.scenario_executor``), and the result is scored.
 """
 
 from __future__ import annotations
 
 import tempfile
-import time
-import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,21 +32,19 @@ from typing import Any
 import yaml
 from django.db import transaction
 
-from harness.application import ChatApplication, ChatRequest
 from harness.guards.quotes import EvidenceText
-from harness.llm.base import Models
-from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
+from harness.release import RunResult
 from knowledge import services
 from knowledge.embeddings import Embedder
 from knowledge.extract import TYPES
 from knowledge.fixtures import FixtureError, merge, read_tables, write_tables
-from knowledge.logs import UNKNOWN_SERVICE, DatabaseLogSource, ingest, log_files
+from knowledge.logs import UNKNOWN_SERVICE, ingest, log_files
 from knowledge.models import Chunk, Document, LogEntry, Runbook
-from knowledge.runbooks import RUNBOOK_DIR, DatabaseRunbooks, load_runbooks
-from knowledge.search import DatabaseKnowledgeSearch
-from knowledge.sqlsource import DatabaseSqlSource
+from knowledge.runbooks import RUNBOOK_DIR, load_runbooks
 
 SHIPPED_RUNBOOKS = Path(RUNBOOK_DIR)
+#: the scenarios of the demo incident set
+SHIPPED_SCENARIOS = Path(__file__).resolve().parent / "demo" / "scenarios"
 OUTCOMES = ("diagnosed", "fallback")
 
 
@@ -227,45 +223,55 @@ def load_evidence(scenario: Scenario, *, embedder: Embedder | None, sql_path: Pa
 # --- running and scoring ------------------------------------------------------------------
 
 
-def _quote_found(quote: str, invocations: InMemoryInvocationStore, run_id: str) -> bool:
+@dataclass(frozen=True)
+class ScenarioEvidence:
+    """What the chain may read for one scenario, besides the knowledge base and the log store
+    that ``load_evidence`` filled: the scratch business database, and whether runbooks count."""
+
+    sql_url: str | None
+    runbooks: bool
+    embedder: Embedder | None
+
+
+@dataclass(frozen=True)
+class Executed:
+    """One question run through the chain, as the scoring needs it."""
+
+    result: RunResult
+    #: every tool call of the run, in order: its tool and its raw result (None unless ready)
+    calls: tuple[tuple[str, Mapping[str, Any] | None], ...]
+    seconds: float
+
+
+#: runs a question over a scenario's evidence; the composition root builds it
+ScenarioExecutor = Callable[[str, ScenarioEvidence], Executed]
+
+
+def _quote_found(quote: str, executed: Executed) -> bool:
     """Checked again here, independently of the guard: the quote is in one of the run's results."""
-    return any(
-        EvidenceText(invocation.raw_result).find(quote) is not None
-        for (owner, _), invocation in list(invocations.items.items())
-        if owner == run_id
-    )
+    return any(raw is not None and EvidenceText(raw).find(quote) is not None for _, raw in executed.calls)
 
 
-def run_scenario(
-    scenario: Scenario, *, models: Models, embedder: Embedder | None, application_options: dict[str, Any]
-) -> ScenarioResult:
+def run_scenario(scenario: Scenario, *, execute: ScenarioExecutor, embedder: Embedder | None) -> ScenarioResult:
+    """Load the scenario's evidence (indexed with ``embedder``), ask its question, score the answer."""
     with tempfile.TemporaryDirectory(prefix="sba-eval-") as scratch:
         sql_path = Path(scratch) / "business.sqlite3"
         problems = load_evidence(scenario, embedder=embedder, sql_path=sql_path)
-        invocations = InMemoryInvocationStore()
-        audit = InMemoryAudit()
-        app = ChatApplication(
-            models=models,
-            run_store=InMemoryRunStore(),
-            invocations=invocations,
-            audit=audit.sinks(),
-            knowledge=DatabaseKnowledgeSearch(embedder=embedder),
-            logs=DatabaseLogSource(),
-            sql=DatabaseSqlSource(f"sqlite:///{sql_path}") if scenario.tables else None,
-            runbooks=DatabaseRunbooks(check_interval_s=0) if scenario.runbooks is not None else None,
-            **application_options,
+        evidence = ScenarioEvidence(
+            sql_url=f"sqlite:///{sql_path}" if scenario.tables else None,
+            runbooks=scenario.runbooks is not None,
+            embedder=embedder,
         )
-        run_id = str(uuid.uuid4())
-        started = time.perf_counter()
-        result = app.execute(ChatRequest(scenario.question, "eval", run_id=run_id), RecordingObserver())
-        seconds = time.perf_counter() - started
-        payload = dict(result.content.payload) if result.content is not None else {}
-        outcome = "diagnosed" if result.outcome.value == "success" and payload.get("root_cause") else "fallback"
-        root_cause = str(payload.get("root_cause") or "")
-        quotes = [e["quote"] for f in payload.get("findings") or [] for e in f.get("evidence") or []]
-        valid = sum(1 for q in quotes if _quote_found(q, invocations, run_id))
-        called = list(dict.fromkeys(record.tool for record in audit.tools))
-        tool_calls = len(audit.tools)
+        executed = execute(scenario.question, evidence)
+    result = executed.result
+    payload = dict(result.content.payload) if result.content is not None else {}
+    outcome = "diagnosed" if result.outcome.value == "success" and payload.get("root_cause") else "fallback"
+    root_cause = str(payload.get("root_cause") or "")
+    quotes = [e["quote"] for f in payload.get("findings") or [] for e in f.get("evidence") or []]
+    valid = sum(1 for q in quotes if _quote_found(q, executed))
+    called = list(dict.fromkeys(tool for tool, _ in executed.calls))
+    tool_calls = len(executed.calls)
+    seconds = executed.seconds
     expect = scenario.expect
     hit = all(k.lower() in root_cause.lower() for k in expect.root_cause) if expect.outcome == "diagnosed" else True
     missing = [t for t in expect.tools if t not in called]

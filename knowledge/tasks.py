@@ -25,7 +25,7 @@ MAX_RETRIES = 3
 )
 def index_document(self: Task, document_id: str) -> None:
     """Index a pending document. A redelivered message for an indexed one does nothing."""
-    from chat.wiring import embedder
+    from knowledge.backends import embedder
 
     services.document_index(
         document_id=document_id, embedder=embedder(), final_attempt=self.request.retries >= MAX_RETRIES

@@ -21,12 +21,12 @@ def lexical_wiring(settings: Any, **overrides: Any) -> Iterator[None]:
     """No embedder (lexical retrieval) plus ``overrides`` of settings, with the composition
     root's cached embedder and search index dropped before and after (a test may monkeypatch
     them meanwhile)."""
-    from chat import wiring
+    from knowledge import backends
 
     settings.EMBEDDINGS = {**settings.EMBEDDINGS, "PROVIDER": "none"}
     for name, value in overrides.items():
         setattr(settings, name, value)
-    cached = (wiring.embedder, wiring.knowledge_search)
+    cached = (backends.embedder, backends.knowledge_search)
     for function in cached:
         function.cache_clear()
     yield

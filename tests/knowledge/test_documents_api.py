@@ -15,8 +15,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from chat import wiring
-from knowledge import services
+from knowledge import backends, services
 from knowledge.embeddings import Embedder, EmbeddingUnavailable, Vectors, embedder_from_config
 from knowledge.models import Chunk, Document, IndexState
 from knowledge.tasks import MAX_RETRIES, index_document
@@ -456,7 +455,7 @@ def test_an_embeddings_endpoint_that_stays_down_fails_the_document_after_the_ret
     alice: Caller, service: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(EndpointDown, "calls", 0)
-    monkeypatch.setattr(wiring, "embedder", EndpointDown)
+    monkeypatch.setattr(backends, "embedder", EndpointDown)
     document_id = upload(alice, "disk.md", DISK_RUNBOOK).json()["id"]
 
     work_off_queue(service)
@@ -472,7 +471,7 @@ def test_an_embeddings_endpoint_that_recovers_is_retried_by_the_task(
     alice: Caller, service: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(Recovers, "calls", 0)
-    monkeypatch.setattr(wiring, "embedder", Recovers)
+    monkeypatch.setattr(backends, "embedder", Recovers)
     document_id = upload(alice, "disk.md", DISK_RUNBOOK).json()["id"]
 
     work_off_queue(service)
@@ -484,12 +483,12 @@ def test_an_embeddings_endpoint_that_recovers_is_retried_by_the_task(
 def test_a_failed_document_uploaded_again_is_indexed_afresh(
     alice: Caller, service: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(wiring, "embedder", EndpointDown)
+    monkeypatch.setattr(backends, "embedder", EndpointDown)
     document_id = upload(alice, "disk.md", DISK_RUNBOOK).json()["id"]
     work_off_queue(service)
     assert Document.objects.get(id=document_id).status == "failed"
 
-    monkeypatch.setattr(wiring, "embedder", lambda: None)
+    monkeypatch.setattr(backends, "embedder", lambda: None)
     again = upload(alice, "disk.md", DISK_RUNBOOK)
 
     assert again.status_code == 200
@@ -824,8 +823,8 @@ def minilm() -> Embedder:
 def test_with_the_local_embedder_search_is_hybrid_and_finds_paraphrases(
     alice: Caller, service: Any, minilm: Embedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(wiring, "embedder", lambda: minilm)
-    wiring.knowledge_search.cache_clear()
+    monkeypatch.setattr(backends, "embedder", lambda: minilm)
+    backends.knowledge_search.cache_clear()
     document_id = upload(alice, "disk.md", DISK_RUNBOOK).json()["id"]
     work_off_queue(service)
     assert set(Chunk.objects.values_list("embedding_model", flat=True)) == {minilm.name}

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from chat.wiring import harness_settings
+from chat.wiring import scenario_executor
 from harness.llm.base import Models
 from harness.llm.offline import OfflineAnalyst
 from knowledge.models import Chunk, Document, LogEntry, Runbook
@@ -52,7 +52,7 @@ def offline() -> Models:
 
 def run(scenario: Scenario) -> Any:
     # Lexical retrieval only: the scenarios do not depend on the embedder, and it keeps them fast.
-    return run_scenario(scenario, models=offline(), embedder=None, application_options={"settings": harness_settings()})
+    return run_scenario(scenario, execute=scenario_executor(with_models=offline()), embedder=None)
 
 
 def write(path: Path, text: str) -> Path:

@@ -15,8 +15,7 @@ import pytest
 from django.core.management import call_command, execute_from_command_line
 from django.core.management.base import CommandError
 
-from chat import wiring
-from knowledge import services
+from knowledge import backends, services
 from knowledge.models import Chunk, Document
 from knowledge.search import index_version
 from knowledge.tasks import index_document
@@ -108,7 +107,7 @@ def test_files_and_folders_can_be_mixed(db: None, docs: Path, tmp_path: Path) ->
 def test_the_ingested_documents_are_searchable(db: None, docs: Path) -> None:
     ingest(docs)
 
-    result = wiring.knowledge_search().search("ENOSPC on the ledger volume", 3)
+    result = backends.knowledge_search().search("ENOSPC on the ledger volume", 3)
 
     assert result.evidence_status == "ok"
     assert result.chunks[0].title == "Disk full runbook"
@@ -347,7 +346,7 @@ def test_queue_leaves_indexing_to_the_workers(service: Any, docs: Path, monkeypa
     def no_model() -> None:
         raise AssertionError("--queue must not load the embedding model")
 
-    monkeypatch.setattr(wiring, "embedder", no_model)
+    monkeypatch.setattr(backends, "embedder", no_model)
 
     output = ingest(docs, "--queue")
 
@@ -358,7 +357,7 @@ def test_queue_leaves_indexing_to_the_workers(service: Any, docs: Path, monkeypa
         str(i) for i in Document.objects.values_list("id", flat=True)
     )
 
-    monkeypatch.setattr(wiring, "embedder", lambda: None)
+    monkeypatch.setattr(backends, "embedder", lambda: None)
     for args in queued(service):
         index_document.apply(args=args).get()
     assert set(Document.objects.values_list("status", flat=True)) == {"indexed"}

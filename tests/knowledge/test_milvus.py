@@ -16,9 +16,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from pymilvus import DataType, MilvusClient  # type: ignore[import-untyped]
 
-from chat import wiring
 from core.api import STATUS_OF
-from knowledge import services
+from knowledge import backends, services
 from knowledge.embeddings import Embedder, Vectors, embedder_from_config, normalise
 from knowledge.milvus import MilvusKnowledgeSearch, SearchUnavailable, safe_uri, term_text, term_word
 from knowledge.models import Chunk, Document
@@ -303,28 +302,28 @@ def milvus_configured(settings: Any, milvus_path: str) -> Iterator[None]:
     settings.EMBEDDINGS = {**settings.EMBEDDINGS, "PROVIDER": "none"}
     settings.EVIDENCE_SOURCE = "database"
     settings.KNOWLEDGE = {**settings.KNOWLEDGE, "ENGINE": "milvus", "MILVUS_URI": milvus_path}
-    wiring.embedder.cache_clear()
-    wiring.knowledge_search.cache_clear()
+    backends.embedder.cache_clear()
+    backends.knowledge_search.cache_clear()
     yield
-    engine = wiring.knowledge_search()
+    engine = backends.knowledge_search()
     if isinstance(engine, MilvusKnowledgeSearch):
         engine.close()
-    wiring.embedder.cache_clear()
-    wiring.knowledge_search.cache_clear()
+    backends.embedder.cache_clear()
+    backends.knowledge_search.cache_clear()
 
 
 def test_the_wiring_builds_the_configured_engine(settings: Any, milvus_configured: None) -> None:
-    engine = wiring.knowledge_search()
+    engine = backends.knowledge_search()
     assert isinstance(engine, MilvusKnowledgeSearch)
     assert engine.collection == "superbizagent_chunks" and engine.uri == settings.KNOWLEDGE["MILVUS_URI"]
 
     settings.KNOWLEDGE = {**settings.KNOWLEDGE, "ENGINE": "elastic"}
-    wiring.knowledge_search.cache_clear()
+    backends.knowledge_search.cache_clear()
     with pytest.raises(ImproperlyConfigured, match="KNOWLEDGE_ENGINE"):
-        wiring.knowledge_search()
+        backends.knowledge_search()
     settings.KNOWLEDGE = {**settings.KNOWLEDGE, "ENGINE": "local"}
-    wiring.knowledge_search.cache_clear()
-    assert isinstance(wiring.knowledge_search(), DatabaseKnowledgeSearch)
+    backends.knowledge_search.cache_clear()
+    assert isinstance(backends.knowledge_search(), DatabaseKnowledgeSearch)
 
 
 def test_the_search_api_and_readyz_go_through_milvus(alice: Any, milvus_configured: None) -> None:

@@ -51,7 +51,7 @@ class HashEmbedder:
 @pytest.fixture
 def embedder(monkeypatch: pytest.MonkeyPatch) -> HashEmbedder:
     fake = HashEmbedder()
-    monkeypatch.setattr("chat.wiring.embedder", lambda: fake)
+    monkeypatch.setattr("knowledge.backends.embedder", lambda: fake)
     return fake
 
 

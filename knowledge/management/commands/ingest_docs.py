@@ -42,7 +42,7 @@ class Command(BaseCommand):
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from chat.wiring import embedder
+        from knowledge.backends import embedder
 
         files = collect([Path(p) for p in options["paths"]])
         if not files:

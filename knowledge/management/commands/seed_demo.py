@@ -32,7 +32,7 @@ class Command(BaseCommand):
         parser.add_argument("--quiet", action="store_true", help="print only the summary")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from chat.wiring import embedder
+        from knowledge.backends import embedder
 
         incidents = sorted(p for p in INCIDENTS.iterdir() if p.is_dir()) if INCIDENTS.is_dir() else []
         if not incidents:

@@ -1,6 +1,7 @@
 """``manage.py eval_scenarios [PATH...] [--json]``: how well do diagnoses come out?
 
-Runs scenario files (see ``knowledge/scenarios.py`` and the README) through the real chain
+Runs scenario files (see ``knowledge/scenarios.py`` and the README) through the real chain, as
+the composition root builds it,
 and prints, per scenario and overall: root cause hit, outcome, citation validity, tool calls,
 tokens and time. Exits non-zero when a scenario misses.
 
@@ -22,9 +23,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from knowledge.scenarios import ScenarioError, ScenarioResult, find_scenarios, run_scenario
+from knowledge.scenarios import SHIPPED_SCENARIOS, ScenarioError, ScenarioResult, find_scenarios, run_scenario
 
-SHIPPED = Path(__file__).resolve().parents[2] / "demo" / "scenarios"
 SCRATCH_FLAG = "SBA_EVAL_SCRATCH"
 
 
@@ -46,7 +46,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        paths = [Path(p).resolve() for p in options["paths"]] or [SHIPPED]
+        paths = [Path(p).resolve() for p in options["paths"]] or [SHIPPED_SCENARIOS]
         try:  # checked before anything is set up, so a bad file fails fast
             scenarios = find_scenarios(paths)
         except ScenarioError as exc:
@@ -56,12 +56,13 @@ class Command(BaseCommand):
         if os.environ.get(SCRATCH_FLAG) != "1":
             self._in_scratch_database(paths, options)
             return
-        from chat.wiring import embedder, harness_settings, models
+        from chat.wiring import scenario_executor
+        from knowledge.backends import embedder
 
-        options_for_app = {"settings": harness_settings()}
+        execute = scenario_executor()
         results = []
         for scenario in scenarios:
-            result = run_scenario(scenario, models=models(), embedder=embedder(), application_options=options_for_app)
+            result = run_scenario(scenario, execute=execute, embedder=embedder())
             results.append(result)
             if not options["json"]:
                 self.stdout.write(_row(result))
