@@ -28,8 +28,9 @@ from chat.models import RunEvent
 from chat.redis_store import client
 from harness.ports import RunControl, Scalar, Stage
 from harness.release import RunResult
+from traces.lifecycle import RunEnded
 from traces.models import Run
-from traces.stores import Row, insert_rows
+from traces.sql import Row, insert_rows
 
 logger = logging.getLogger(__name__)
 
@@ -250,16 +251,24 @@ def emit_terminal(
     emit_many(run_id, events)
 
 
-def emit_run_terminal(run: Run) -> None:
-    """The terminal events of a run row (for ends the harness did not write itself)."""
-    failure = {"code": run.failure_code, "message": run.failure_message} if run.failure_code else None
-    emit_terminal(run.id, outcome=run.outcome, content=run.content, failure=failure)
+class EventStream:
+    """The run's stream as its lifecycle (``traces.lifecycle``) opens, ends and archives it."""
+
+    def opened(self, run: Run) -> None:
+        emit_metadata(run)
+
+    def ended(self, ended: RunEnded) -> None:
+        emit_terminal(ended.run_id, outcome=ended.outcome.value, content=ended.content, failure=ended.failure)
+
+    def archive(self, run_id: uuid.UUID) -> None:
+        archive_events(run_id)
 
 
 class EventStreamObserver:
-    """The harness observer of a run executed by a worker: status and result become events.
+    """The harness observer of a run executed by a worker: its progress becomes ``status`` events.
 
-    ``metadata`` and the ``queued`` status were sent by the API when the run was created.
+    Its first events (``metadata``, ``queued``) and its last (``content`` or ``failure``,
+    ``done``) are the lifecycle's: they are sent whoever opens or ends the run.
     """
 
     def __init__(self, run_id: str) -> None:
@@ -276,10 +285,4 @@ class EventStreamObserver:
         emit(self.run_id, "status", data)
 
     def finished(self, result: RunResult) -> None:
-        failure = {"code": result.failure.code, "message": result.failure.message} if result.failure else None
-        emit_terminal(
-            self.run_id,
-            outcome=result.outcome.value,
-            content=result.content.to_dict() if result.content else None,
-            failure=failure,
-        )
+        """Nothing: the run's lifecycle ended the stream when the run's terminal state was written."""

@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from chat.events import EventStream
 from chat.redis_store import RedisCancelSignal, RedisInvocationStore
 from harness.application import ChatApplication, ChatRequest, HarnessSettings
 from harness.audit import AuditSinks
@@ -30,6 +31,7 @@ from knowledge.runbooks import DatabaseRunbooks
 from knowledge.scenarios import Executed, ScenarioEvidence, ScenarioExecutor
 from knowledge.search import DatabaseKnowledgeSearch
 from knowledge.sqlsource import DatabaseSqlSource, sql_source_from_settings
+from traces.lifecycle import RunLifecycle
 from traces.stores import DjangoAuditSinks, DjangoRunStore
 
 ROLES = ("router", "agent", "guard")
@@ -140,11 +142,18 @@ def audit_sinks() -> DjangoAuditSinks:
 
 
 @functools.cache
+def lifecycle() -> RunLifecycle:
+    """Every change of a run's state; each terminal one ends the run's event stream, archives
+    it, then calls these hooks in order."""
+    return RunLifecycle(stream=EventStream(), hooks=[])
+
+
+@functools.cache
 def application() -> ChatApplication:
     sinks = audit_sinks()
     return ChatApplication(
         models=models(),
-        run_store=DjangoRunStore(),
+        run_store=DjangoRunStore(lifecycle()),
         invocations=RedisInvocationStore(ttl_s=int(settings.HARNESS["INVOCATION_TTL_S"])),
         audit=AuditSinks(steps=sinks, tools=sinks, timeline=sinks, reasoning=sinks),
         settings=harness_settings(),

@@ -1,7 +1,7 @@
 """The harness's RunStore and audit sinks, on the Django ORM.
 
-Every write that changes a run's state is a conditional UPDATE, so two writers can never
-both win: ``queued → running`` is claimed once, and exactly one terminal state is written.
+The store reads a session's memory itself and hands every write to the run's lifecycle
+(``traces.lifecycle``), the one place a run changes state.
 """
 
 from __future__ import annotations
@@ -10,15 +10,11 @@ import json
 import logging
 import threading
 import time
-import uuid
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from typing import Any
 
-from django.core.serializers.json import DjangoJSONEncoder
-from django.db import IntegrityError, connection
-from django.db.models.constants import OnConflict
+from django.db import connection
 from django.utils import timezone
 
 from harness.ports import (
@@ -30,70 +26,21 @@ from harness.ports import (
     TimelineEvent,
     ToolAuditRecord,
 )
+from traces.lifecycle import RunLifecycle
 from traces.models import (
     AgentStep,
-    ChatSession,
     Intent,
     Outcome,
     ReasoningAudit,
-    Run,
-    RunStatus,
     ToolInvocation,
     TraceEvent,
 )
+from traces.sql import Row, insert_rows, run_table, uuid_hex
 
 logger = logging.getLogger(__name__)
 
 #: The largest reasoning text kept per step; the audit is for reading, not for archiving.
 MAX_REASONING_CHARS = 50_000
-
-
-def _uuid(value: str | uuid.UUID) -> str:
-    """Run and session ids as the database stores them (Django's UUIDField: 32 hex chars)."""
-    return (value if isinstance(value, uuid.UUID) else uuid.UUID(value)).hex
-
-
-def _when(value: datetime) -> Any:
-    return connection.ops.adapt_datetimefield_value(value)
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, cls=DjangoJSONEncoder)
-
-
-def _run_table() -> str:
-    return connection.ops.quote_name(Run._meta.db_table)
-
-
-def _read_when(value: Any) -> datetime | None:
-    """A datetime column as read by the driver (SQLite: text; MySQL: naive UTC) → aware UTC."""
-    if value is None:
-        return None
-    when = datetime.fromisoformat(value) if isinstance(value, str) else value
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
-def load_run_for_execution(run_id: str) -> Run | None:
-    """The fields a worker needs to start a run, in one light query (a Run, not saved)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT status, question, owner_id, session_id, started_at FROM {_run_table()} WHERE id = %s",  # noqa: S608
-            [_uuid(run_id)],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    started_at = _read_when(row[4])
-    run = Run(
-        id=uuid.UUID(run_id),
-        status=row[0],
-        question=row[1],
-        owner_id=row[2],
-        session_id=uuid.UUID(str(row[3])),
-        started_at=started_at,
-    )
-    run._state.adding = False
-    return run
 
 
 class DjangoRunStore:
@@ -103,21 +50,19 @@ class DjangoRunStore:
     (with the backend's own value adapters) instead of being compiled by the ORM every time.
     """
 
-    def resolve_session(self, *, owner: str, session_id: str | None, title: str) -> str:
-        if session_id is not None:
-            # The API created the run in this session after checking the session is the
-            # owner's; start_run then claims that very row, so there is nothing to re-check.
-            return session_id
-        return str(ChatSession.objects.create(owner_id=int(owner), title=title[:200]).id)
-
     #: how many of a session's latest runs one query reads for both pieces of memory
     RECENT_RUNS = 20
 
     #: how long rows read for routing_context wait for latest_published_diagnosis
     MEMO_S = 2.0
 
-    def __init__(self) -> None:
+    def __init__(self, lifecycle: RunLifecycle | None = None) -> None:
+        #: every write goes through the run's lifecycle; alone, the store streams nothing
+        self.lifecycle = lifecycle or RunLifecycle()
         self._recent: dict[tuple[str, str], tuple[float, list[tuple[Any, ...]]]] = {}
+
+    def resolve_session(self, *, owner: str, session_id: str | None, title: str) -> str:
+        return self.lifecycle.session_for(owner=owner, session_id=session_id, title=title)
 
     def _recent_runs(self, session_id: str, exclude_run_id: str, *, remember: bool) -> list[tuple[Any, ...]]:
         """The session's latest routed runs, read once for routing_context and then
@@ -138,9 +83,9 @@ class DjangoRunStore:
     def _query_recent(self, session_id: str, exclude_run_id: str) -> list[tuple[Any, ...]]:
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT intent, question, outcome, published_result FROM {_run_table()} "  # noqa: S608 - the model's table
+                f"SELECT intent, question, outcome, published_result FROM {run_table()} "  # noqa: S608 - the model's table
                 "WHERE session_id = %s AND id <> %s AND intent <> '' ORDER BY created_at DESC, id DESC LIMIT %s",
-                [_uuid(session_id), _uuid(exclude_run_id), self.RECENT_RUNS],
+                [uuid_hex(session_id), uuid_hex(exclude_run_id), self.RECENT_RUNS],
             )
             return [tuple(row) for row in cursor.fetchall()]
 
@@ -156,9 +101,9 @@ class DjangoRunStore:
         if published is None and len(rows) == self.RECENT_RUNS:
             with connection.cursor() as cursor:  # the last success is older than the recent runs
                 cursor.execute(
-                    f"SELECT published_result FROM {_run_table()} WHERE session_id = %s AND id <> %s AND intent = %s "  # noqa: S608
+                    f"SELECT published_result FROM {run_table()} WHERE session_id = %s AND id <> %s AND intent = %s "  # noqa: S608
                     "AND outcome = %s AND published_result IS NOT NULL ORDER BY created_at DESC, id DESC LIMIT 1",
-                    [_uuid(session_id), _uuid(exclude_run_id), Intent.DIAGNOSIS.value, Outcome.SUCCESS.value],
+                    [uuid_hex(session_id), uuid_hex(exclude_run_id), Intent.DIAGNOSIS.value, Outcome.SUCCESS.value],
                 )
                 row = cursor.fetchone()
             published = row[0] if row else None
@@ -168,120 +113,13 @@ class DjangoRunStore:
         return stored if isinstance(stored, Mapping) else None
 
     def start_run(self, start: RunStart) -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {_run_table()} SET status = %s, started_at = %s WHERE id = %s AND status = %s",  # noqa: S608
-                [RunStatus.RUNNING.value, _when(start.started_at), _uuid(start.run_id), RunStatus.QUEUED.value],
-            )
-            if cursor.rowcount:
-                return True
-        if Run.objects.filter(id=start.run_id).exists():
-            return False
-        # A run nobody queued (the harness used without the API): create it already running.
-        try:
-            Run.objects.create(
-                id=start.run_id,
-                session_id=start.session_id,
-                owner_id=start.owner,
-                question=start.question,
-                status=RunStatus.RUNNING,
-                started_at=start.started_at,
-            )
-        except IntegrityError:
-            return False
-        return True
+        return self.lifecycle.claim(start)
 
     def record_intent(self, *, run_id: str, intent: str) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(f"UPDATE {_run_table()} SET intent = %s WHERE id = %s", [intent, _uuid(run_id)])  # noqa: S608
+        self.lifecycle.record_intent(run_id=run_id, intent=intent)
 
     def finish_run(self, finish: RunFinish) -> bool:
-        result = finish.result
-        usage = result.usage
-        values = {
-            "status": result.status.value,
-            "outcome": result.outcome.value,
-            "intent": result.intent or "",
-            "content": _json(result.content.to_dict() if result.content else None),
-            "published_result": _json(dict(result.published_result) if result.published_result else None),
-            "fallback_reason": result.fallback_reason or "",
-            "failure_code": result.failure.code if result.failure else "",
-            "failure_message": result.failure.message[:300] if result.failure else "",
-            "model_calls": usage.model_calls,
-            "tool_calls": usage.tool_calls,
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "finished_at": _when(finish.finished_at),
-            "duration_ms": result.duration_ms,
-            "model_ms": result.model_ms,
-            "backend_ms": result.backend_ms,
-        }
-        assignments = ", ".join(f"{connection.ops.quote_name(column)} = %s" for column in values)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {_run_table()} SET {assignments} WHERE id = %s AND status = %s",  # noqa: S608
-                [*values.values(), _uuid(finish.run_id), RunStatus.RUNNING.value],
-            )
-            return bool(cursor.rowcount)
-
-
-Row = tuple[type[Any], dict[str, Any]]
-
-
-def _db_value(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return _when(value)
-    if isinstance(value, uuid.UUID):
-        return value.hex
-    if isinstance(value, dict | list | tuple):
-        return json.dumps(value, cls=DjangoJSONEncoder)
-    return value
-
-
-def insert_rows(rows: Sequence[Row], *, skip_duplicates: bool = False) -> None:
-    """Insert rows of several tables, one multi-row statement per table. Plain SQL: the ORM's
-    bulk_create spends more time preparing a run's few dozen rows than the database spends
-    storing them. ``skip_duplicates`` ignores rows that break a unique constraint (for rows
-    that may be written twice); it is off by default because on MySQL it also hides other
-    errors (foreign keys, truncation) as mere warnings."""
-    by_model: dict[type[Any], list[dict[str, Any]]] = defaultdict(list)
-    for model, values in rows:
-        by_model[model].append(values)
-    quote = connection.ops.quote_name
-    insert = connection.ops.insert_statement(on_conflict=OnConflict.IGNORE if skip_duplicates else None)
-    with connection.cursor() as cursor:
-        for model, batch in by_model.items():
-            columns = list(batch[0])
-            cursor.executemany(
-                f"{insert} {quote(model._meta.db_table)} ({', '.join(quote(c) for c in columns)}) "
-                f"VALUES ({', '.join(['%s'] * len(columns))})",
-                [[_db_value(values[c]) for c in columns] for values in batch],
-            )
-
-
-_INSERT_SQL: dict[type[Any], tuple[str, list[Any]]] = {}
-
-
-def fast_insert(obj: Any) -> None:
-    """INSERT one model instance, its values prepared by the fields themselves (defaults,
-    auto_now, JSON, UUIDs) but without the ORM's query compiler: for rows written on every
-    request. Database errors (IntegrityError…) surface as Django's, as with ``save()``."""
-    model = type(obj)
-    cached = _INSERT_SQL.get(model)
-    if cached is None:
-        fields = [f for f in model._meta.concrete_fields if not getattr(f, "db_returning", False)]
-        quote = connection.ops.quote_name
-        sql = (
-            f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "  # noqa: S608 - names from the model
-            f"VALUES ({', '.join(['%s'] * len(fields))})"
-        )
-        cached = _INSERT_SQL[model] = (sql, fields)
-    sql, fields = cached
-    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, values)
-    obj._state.adding = False
-    obj._state.db = connection.alias
+        return self.lifecycle.complete(run_id=finish.run_id, result=finish.result, finished_at=finish.finished_at)
 
 
 class DjangoAuditSinks:
@@ -299,7 +137,7 @@ class DjangoAuditSinks:
         self._pending: dict[str, list[Row]] = defaultdict(list)
 
     def _add(self, run_id: str, model: type[Any], values: dict[str, Any]) -> None:
-        values["run_id"] = _uuid(run_id)
+        values["run_id"] = uuid_hex(run_id)
         with self._lock:
             pending = self._pending[run_id]
             pending.append((model, values))
@@ -369,18 +207,14 @@ class DjangoAuditSinks:
             },
         )
 
-    def flush(self, run_id: str, *, also: Sequence[Row] = ()) -> None:
-        """Write the run's buffered rows, and ``also``'s rows, which may already exist (the
-        run's archived events). No transaction: each table's rows go in one statement, and a
-        partial audit trail is better than BEGIN/COMMIT round trips on every run."""
+    def flush(self, run_id: str) -> None:
+        """Write the run's buffered rows. No transaction: each table's rows go in one statement,
+        and a partial audit trail is better than BEGIN/COMMIT round trips on every run."""
         with self._lock:
             rows = self._pending.pop(run_id, [])
-        if not rows and not also:
+        if not rows:
             return
         try:
-            if rows:
-                insert_rows(rows)
-            if also:
-                insert_rows(also, skip_duplicates=True)
+            insert_rows(rows)
         except Exception as exc:  # noqa: BLE001 - audit is fail-open
             logger.warning("audit flush failed for run %s: %s", run_id, type(exc).__name__)

@@ -31,7 +31,8 @@ from harness.release import ContentType, Failure, PublishedContent, RunResult
 from tests.django_fixtures import Caller
 from traces import stores
 from traces.models import AgentStep, ChatSession, ReasoningAudit, Run, ToolInvocation, TraceEvent
-from traces.stores import MAX_REASONING_CHARS, DjangoAuditSinks, DjangoRunStore, fast_insert, insert_rows
+from traces.sql import Row, fast_insert, insert_rows
+from traces.stores import MAX_REASONING_CHARS, DjangoAuditSinks, DjangoRunStore
 
 BASE = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 STARTED = datetime(2026, 1, 5, 10, 0, 0, 123456, tzinfo=UTC)
@@ -392,7 +393,7 @@ def test_fast_insert_surfaces_a_duplicate_idempotency_key_as_an_integrity_error(
 def test_insert_rows_writes_several_tables_and_skips_duplicates(alice: Caller) -> None:
     run = add_run(new_session(alice), at=0, status="completed")
     now = timezone.now()
-    rows: list[stores.Row] = [
+    rows: list[Row] = [
         (
             AgentStep,
             {

@@ -1,0 +1,390 @@
+"""A run's lifecycle: the one owner of every change to a run's state.
+
+::
+
+    open ──▶ queued ──claim──▶ running ──complete──▶ completed | failed | cancelled
+               │                  │
+               ├── cancel_queued ─┼──▶ cancelled
+               └── fail ──────────┴──▶ failed      (not enqueued; worker lost, swept)
+
+Every transition is one conditional UPDATE from the state it expects, so of two writers that
+race (the harness completing, a user cancelling, a sweeper declaring the worker lost) exactly
+one wins. The winner of a terminal transition — and only it — calls ``_finished``, which after
+the transaction commits ends the run's event stream (``content`` or ``failure``, then ``done``),
+archives the stream to the run's rows and then calls each post-terminal hook the composition
+root gave (a webhook, a metric), every step fail-open: the row is the truth, written first.
+
+Runs and sessions are created here too, and only here: ``open`` for a question the API
+accepted, ``claim`` for a run the harness starts that nobody queued (the harness used without
+the API), ``session_for`` for the harness's session lookup.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import json
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from core.errors import ApplicationError, ErrorKind, NotFound
+from harness.ports import RunStart
+from harness.release import RunResult
+from traces.models import ACTIVE_STATUSES, ChatSession, Outcome, Run, RunStatus
+from traces.sql import fast_insert, run_table, uuid_hex, when
+
+logger = logging.getLogger(__name__)
+
+#: How long past its deadline a running run may go silent before it is declared lost.
+STALE_GRACE = timedelta(seconds=60)
+FAILURE_MESSAGE_CHARS = 300
+SESSION_TITLE_CHARS = 80
+
+
+class SessionBusy(ApplicationError):
+    code = "session_busy"
+    kind = ErrorKind.CONFLICT
+    message = "This session already has a run in progress; wait for it or cancel it."
+
+
+class IdempotencyConflict(ApplicationError):
+    code = "idempotency_key_reused"
+    kind = ErrorKind.REJECTED
+    message = "This Idempotency-Key was already used for a different request."
+
+
+class EndCause(enum.StrEnum):
+    """Who ended a run."""
+
+    HARNESS = "harness"  # the chain ran to its end (a cancel or the deadline inside it included)
+    CANCELLED = "cancelled"  # cancelled while still queued
+    NOT_QUEUED = "not_queued"  # the task could not be enqueued
+    WORKER_LOST = "worker_lost"  # swept: its worker is gone
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnded:
+    """A run's terminal transition, as the one writer that made it saw it."""
+
+    run_id: uuid.UUID
+    status: RunStatus
+    outcome: Outcome
+    content: Mapping[str, Any] | None
+    failure_code: str
+    failure_message: str
+    cause: EndCause
+
+    @property
+    def failure(self) -> dict[str, str] | None:
+        return {"code": self.failure_code, "message": self.failure_message} if self.failure_code else None
+
+
+class RunStream(Protocol):
+    """The run's event stream, as the lifecycle drives it (the chat app implements it)."""
+
+    def opened(self, run: Run) -> None:
+        """The first events of a new run: ``metadata`` and the ``queued`` status."""
+        ...
+
+    def ended(self, ended: RunEnded) -> None:
+        """The last events: ``content`` or ``failure``, then ``done``."""
+        ...
+
+    def archive(self, run_id: uuid.UUID) -> None:
+        """Copy the run's events into its rows (idempotent)."""
+        ...
+
+
+#: called once per terminal transition, after commit, after the stream has ended
+FinishedHook = Callable[[RunEnded], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    run: Run
+    #: False when an Idempotency-Key replayed an earlier request
+    created: bool
+
+
+class RunLifecycle:
+    """Every transition of a run. ``stream`` None: nothing is streamed (a store used alone)."""
+
+    def __init__(self, *, stream: RunStream | None = None, hooks: Sequence[FinishedHook] = ()) -> None:
+        self._stream = stream
+        self._hooks = tuple(hooks)
+
+    # --- creation ---------------------------------------------------------------------
+
+    def replayed(
+        self, *, owner: Any, idempotency_key: str | None, question: str, session_id: uuid.UUID | None
+    ) -> Run | None:
+        """The run an earlier request with this Idempotency-Key created, if any."""
+        if not idempotency_key:
+            return None
+        existing = Run.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
+        if existing is not None and not _same_request(existing, question=question, session_id=session_id):
+            raise IdempotencyConflict()
+        return existing
+
+    def open(
+        self,
+        *,
+        owner: Any,
+        question: str,
+        session_id: uuid.UUID | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Opened:
+        """A queued run in the owner's session ``session_id``, or in a new session when none is
+        given. A session has one active run at most (:class:`SessionBusy`)."""
+        if connection.in_atomic_block:
+            raise RuntimeError("open() commits the run itself; do not call it inside a transaction")
+        fields: dict[str, Any] = {
+            "question": question,
+            "metadata": dict(metadata or {}),
+            "idempotency_key": idempotency_key or None,
+        }
+        try:
+            if session_id is not None:
+                with transaction.atomic():
+                    # The session row lock serialises concurrent questions in one session.
+                    session = ChatSession.objects.select_for_update().filter(id=session_id, owner=owner).first()
+                    if session is None:
+                        raise NotFound("No such session.")
+                    busy = Run.objects.filter(session=session, status__in=ACTIVE_STATUSES).values_list("id", flat=True)
+                    if (running := busy.first()) is not None:
+                        raise SessionBusy(details={"run_id": str(running)})
+                    session.save(update_fields=["updated_at"])
+                    run = _create_run(session.id, owner, **fields)
+            else:
+                # A new session has no other run to race with: no lock, no transaction needed.
+                session = _create_session(owner, question)
+                try:
+                    run = _create_run(session.id, owner, **fields)
+                except IntegrityError:
+                    ChatSession.objects.filter(id=session.id).delete()
+                    raise
+        except IntegrityError:
+            # Two requests raced with one Idempotency-Key; the other one won.
+            existing = self.replayed(
+                owner=owner, idempotency_key=idempotency_key, question=question, session_id=session_id
+            )
+            if existing is None:
+                raise
+            return Opened(existing, False)
+        if self._stream is not None:
+            self._quietly("open", run.id, functools.partial(self._stream.opened, run))
+        return Opened(run, True)
+
+    def session_for(self, *, owner: str, session_id: str | None, title: str) -> str:
+        """The harness's session: the one given (the API checked it is the owner's), else a new one."""
+        if session_id is not None:
+            return session_id
+        return str(_create_session(int(owner), title).id)
+
+    # --- transitions --------------------------------------------------------------------
+
+    def claim(self, start: RunStart) -> bool:
+        """``queued → running``, once. A run nobody queued (the harness used without the API) is
+        created already running."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {run_table()} SET status = %s, started_at = %s WHERE id = %s AND status = %s",  # noqa: S608
+                [RunStatus.RUNNING.value, when(start.started_at), uuid_hex(start.run_id), RunStatus.QUEUED.value],
+            )
+            if cursor.rowcount:
+                return True
+        if Run.objects.filter(id=start.run_id).exists():
+            return False
+        try:
+            _create_run(
+                uuid.UUID(start.session_id),
+                int(start.owner),
+                question=start.question,
+                run_id=uuid.UUID(start.run_id),
+                status=RunStatus.RUNNING,
+                started_at=start.started_at,
+            )
+        except IntegrityError:
+            return False
+        return True
+
+    def record_intent(self, *, run_id: str, intent: str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {run_table()} SET intent = %s WHERE id = %s", [intent, uuid_hex(run_id)])  # noqa: S608
+
+    def complete(self, *, run_id: str, result: RunResult, finished_at: datetime) -> bool:
+        """``running → terminal`` with what the harness released. Plain SQL: once per run, on the
+        hot path."""
+        usage = result.usage
+        failure = result.failure
+        content = result.content.to_dict() if result.content else None
+        values = {
+            "status": result.status.value,
+            "outcome": result.outcome.value,
+            "intent": result.intent or "",
+            "content": _json(content),
+            "published_result": _json(dict(result.published_result) if result.published_result else None),
+            "fallback_reason": result.fallback_reason or "",
+            "failure_code": failure.code if failure else "",
+            "failure_message": failure.message[:FAILURE_MESSAGE_CHARS] if failure else "",
+            "model_calls": usage.model_calls,
+            "tool_calls": usage.tool_calls,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "finished_at": when(finished_at),
+            "duration_ms": result.duration_ms,
+            "model_ms": result.model_ms,
+            "backend_ms": result.backend_ms,
+        }
+        assignments = ", ".join(f"{connection.ops.quote_name(column)} = %s" for column in values)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {run_table()} SET {assignments} WHERE id = %s AND status = %s",  # noqa: S608
+                [*values.values(), uuid_hex(run_id), RunStatus.RUNNING.value],
+            )
+            if not cursor.rowcount:
+                return False
+        ended = RunEnded(
+            run_id=uuid.UUID(run_id),
+            status=result.status,
+            outcome=result.outcome,
+            content=content,
+            failure_code=values["failure_code"],
+            failure_message=values["failure_message"],
+            cause=EndCause.HARNESS,
+        )
+        self._finished(ended)
+        return True
+
+    def fail(self, *, run_id: uuid.UUID, from_status: RunStatus, code: str, message: str, cause: EndCause) -> bool:
+        """``from_status → failed`` for a run the harness is not running (not enqueued, lost)."""
+        return self._end(
+            run_id,
+            from_status=from_status,
+            status=RunStatus.FAILED,
+            outcome=Outcome.FAILED,
+            code=code,
+            message=message,
+            cause=cause,
+        )
+
+    def cancel_queued(self, *, run_id: uuid.UUID) -> bool:
+        """``queued → cancelled``. (A running run is asked to stop; the harness then completes it.)"""
+        return self._end(
+            run_id,
+            from_status=RunStatus.QUEUED,
+            status=RunStatus.CANCELLED,
+            outcome=Outcome.CANCELLED,
+            code="cancelled",
+            message="The run was cancelled.",
+            cause=EndCause.CANCELLED,
+        )
+
+    def sweep(self, *, run_id: uuid.UUID | None = None) -> int:
+        """Fail runs whose worker is gone: running past deadline + grace, or queued past the time
+        the broker would have redelivered them. Returns how many were ended."""
+        now = timezone.now()
+        deadline = timedelta(seconds=settings.RUN_DEADLINE_S)
+        redelivery = timedelta(seconds=settings.CELERY_VISIBILITY_TIMEOUT_S)
+        stale = {
+            RunStatus.RUNNING: Run.objects.filter(
+                status=RunStatus.RUNNING, started_at__lt=now - deadline - STALE_GRACE
+            ),
+            RunStatus.QUEUED: Run.objects.filter(
+                status=RunStatus.QUEUED, created_at__lt=now - redelivery - deadline - STALE_GRACE
+            ),
+        }
+        ended = 0
+        for status, runs in stale.items():
+            if run_id is not None:
+                runs = runs.filter(id=run_id)
+            for stale_id in runs.values_list("id", flat=True):
+                ended += self.fail(
+                    run_id=stale_id,
+                    from_status=status,
+                    code="worker_lost",
+                    message="The worker running this run was lost.",
+                    cause=EndCause.WORKER_LOST,
+                )
+        return ended
+
+    # --- the end ------------------------------------------------------------------------
+
+    def _end(
+        self,
+        run_id: uuid.UUID,
+        *,
+        from_status: RunStatus,
+        status: RunStatus,
+        outcome: Outcome,
+        code: str,
+        message: str,
+        cause: EndCause,
+    ) -> bool:
+        message = message[:FAILURE_MESSAGE_CHARS]
+        won = Run.objects.filter(id=run_id, status=from_status).update(
+            status=status, outcome=outcome, failure_code=code, failure_message=message, finished_at=timezone.now()
+        )
+        if won:
+            self._finished(RunEnded(run_id, status, outcome, None, code, message, cause))
+        return bool(won)
+
+    def _finished(self, ended: RunEnded) -> None:
+        """The single point every terminal transition passes, once per run, after commit."""
+        transaction.on_commit(lambda: self._after_commit(ended))
+
+    def _after_commit(self, ended: RunEnded) -> None:
+        stream = self._stream
+        if stream is not None and self._quietly("end", ended.run_id, lambda: stream.ended(ended)):
+            self._quietly("archive", ended.run_id, lambda: stream.archive(ended.run_id))
+        for hook in self._hooks:
+            self._quietly(getattr(hook, "__name__", "hook"), ended.run_id, functools.partial(hook, ended))
+
+    @staticmethod
+    def _quietly(what: str, run_id: uuid.UUID, step: Callable[[], Any]) -> bool:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - the row is the truth; the rest is best effort
+            logger.warning("run %s: %s failed: %s", run_id, what, type(exc).__name__)
+            return False
+        return True
+
+
+def _same_request(run: Run, *, question: str, session_id: uuid.UUID | None) -> bool:
+    return run.question == question and (session_id is None or run.session_id == session_id)
+
+
+def _create_session(owner: Any, question: str) -> ChatSession:
+    session = ChatSession(owner_id=getattr(owner, "pk", owner), title=question[:SESSION_TITLE_CHARS])
+    fast_insert(session)
+    return session
+
+
+def _create_run(
+    session_id: uuid.UUID,
+    owner: Any,
+    *,
+    question: str,
+    run_id: uuid.UUID | None = None,
+    status: RunStatus = RunStatus.QUEUED,
+    **fields: Any,
+) -> Run:
+    run = Run(session_id=session_id, owner_id=getattr(owner, "pk", owner), question=question, status=status, **fields)
+    if run_id is not None:
+        run.id = run_id
+    fast_insert(run)
+    return run
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, cls=DjangoJSONEncoder)
