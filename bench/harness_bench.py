@@ -35,7 +35,7 @@ from harness.llm.offline import OfflineAnalyst
 from harness.ports import KnowledgeResult, LogQuery, LogResult, SqlResult
 from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
 from harness.tools.boundary import ToolBoundary
-from harness.tools.evidence import evidence_tools
+from harness.tools.evidence import lookup_knowledge_tool, query_logs_tool, query_mysql_tool
 from harness.tools.projection import dumps_json
 from harness.tools.spec import ToolOutput
 
@@ -92,9 +92,11 @@ def bench_runs(runs: int) -> dict[str, Any]:
         run_store=InMemoryRunStore(),
         invocations=InMemoryInvocationStore(),
         audit=InMemoryAudit().sinks(),
-        knowledge=CachedKnowledge(incident.knowledge, "search"),
-        logs=CachedLogs(incident.logs, "query"),
-        sql=CachedSql(incident.sql, "execute"),
+        tools=[
+            lookup_knowledge_tool(CachedKnowledge(incident.knowledge, "search")),
+            query_logs_tool(CachedLogs(incident.logs, "query")),
+            query_mysql_tool(CachedSql(incident.sql, "execute")),
+        ],
         runbooks=incident.runbooks,
     )
     harness_ms, wall_ms, model_ms, calls = [], [], [], []
@@ -140,14 +142,12 @@ def bench_tool_calls(rounds: int) -> dict[str, Any]:
         run_store=InMemoryRunStore(),
         invocations=recorder,
         audit=InMemoryAudit().sinks(),
-        knowledge=incident.knowledge,
-        logs=incident.logs,
-        sql=incident.sql,
+        tools=incident.tools(),
         runbooks=incident.runbooks,
     )
     app.execute(ChatRequest(incident.question, "bench"), RecordingObserver())
     recorded = [inv for inv in recorder.items.values() if inv.status.value == "ready"]
-    specs = {s.name: s for s in evidence_tools(knowledge=incident.knowledge, logs=incident.logs, sql=incident.sql)}
+    specs = {s.name: s for s in incident.tools()}
     replays = []
     for inv in recorded:
         spec = replace(specs[inv.tool], handler=_instant(ToolOutput(inv.raw_result, inv.evidence_status or "ok")))

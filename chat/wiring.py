@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -25,6 +26,8 @@ from harness.llm.offline import OfflineAnalyst
 from harness.llm.openai_compat import OpenAICompatibleModel, OpenAIConfig
 from harness.ports import InvocationStatus, RunbookSource
 from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
+from harness.tools.evidence import lookup_knowledge_tool, query_logs_tool, query_mysql_tool
+from harness.tools.spec import ToolSpec
 from knowledge.backends import knowledge_search
 from knowledge.logs import DatabaseLogSource
 from knowledge.runbooks import DatabaseRunbooks
@@ -93,34 +96,43 @@ class _Slowed:
         return slowed
 
 
-def _database_backends() -> dict[str, Any]:
-    return {
-        "knowledge": knowledge_search(),
-        "logs": DatabaseLogSource(),
-        "sql": sql_source_from_settings(),
-    }
+@dataclass(frozen=True)
+class Evidence:
+    """What the agent may consult: one tool per configured backend, and the runbooks."""
+
+    tools: list[ToolSpec[Any]]
+    runbooks: RunbookSource | None
 
 
-def evidence_backends() -> dict[str, Any]:
+def evidence() -> Evidence:
     """``EVIDENCE_SOURCE``: ``database`` (the knowledge app), ``example`` (the bundled incident,
-    in memory) or ``none``."""
+    in memory) or ``none``. A tool is one line here: its spec over its backend."""
     source = settings.EVIDENCE_SOURCE
     if source == "none":
-        return {"knowledge": None, "logs": None, "sql": None, "runbooks": None}
-    runbooks: RunbookSource
+        return Evidence([], None)
     if source == "database":
-        backends, runbooks = _database_backends(), DatabaseRunbooks()
-    elif source == "example":
+        sql = sql_source_from_settings()
+        tools: list[ToolSpec[Any]] = [
+            lookup_knowledge_tool(_slowed(knowledge_search())),
+            query_logs_tool(_slowed(DatabaseLogSource())),
+            *([query_mysql_tool(_slowed(sql))] if sql is not None else []),
+        ]
+        return Evidence(tools, DatabaseRunbooks())
+    if source == "example":
         from harness.examples import payment_incident
 
         incident = payment_incident()
-        backends = {"knowledge": incident.knowledge, "logs": incident.logs, "sql": incident.sql}
-        runbooks = incident.runbooks
-    else:
-        raise ImproperlyConfigured(f"EVIDENCE_SOURCE must be database, example or none, not {source!r}")
-    if settings.EVIDENCE_LATENCY_S > 0:
-        backends = {name: _Slowed(backend, settings.EVIDENCE_LATENCY_S) for name, backend in backends.items()}
-    return {**backends, "runbooks": runbooks}
+        tools = [
+            lookup_knowledge_tool(_slowed(incident.knowledge)),
+            query_logs_tool(_slowed(incident.logs)),
+            query_mysql_tool(_slowed(incident.sql)),
+        ]
+        return Evidence(list(tools), incident.runbooks)
+    raise ImproperlyConfigured(f"EVIDENCE_SOURCE must be database, example or none, not {source!r}")
+
+
+def _slowed(backend: Any) -> Any:
+    return _Slowed(backend, settings.EVIDENCE_LATENCY_S) if settings.EVIDENCE_LATENCY_S > 0 else backend
 
 
 def harness_settings() -> HarnessSettings:
@@ -150,15 +162,16 @@ def lifecycle() -> RunLifecycle:
 
 @functools.cache
 def application() -> ChatApplication:
-    sinks = audit_sinks()
+    sinks, chosen = audit_sinks(), evidence()
     return ChatApplication(
         models=models(),
         run_store=DjangoRunStore(lifecycle()),
         invocations=RedisInvocationStore(ttl_s=int(settings.HARNESS["INVOCATION_TTL_S"])),
         audit=AuditSinks(steps=sinks, tools=sinks, timeline=sinks, reasoning=sinks),
+        tools=chosen.tools,
+        runbooks=chosen.runbooks,
         settings=harness_settings(),
         cancel_signal=RedisCancelSignal,
-        **evidence_backends(),
     )
 
 
@@ -175,9 +188,11 @@ def scenario_executor(*, with_models: Models | None = None) -> ScenarioExecutor:
             run_store=InMemoryRunStore(),
             invocations=invocations,
             audit=audit.sinks(),
-            knowledge=DatabaseKnowledgeSearch(embedder=evidence.embedder),
-            logs=DatabaseLogSource(),
-            sql=DatabaseSqlSource(evidence.sql_url) if evidence.sql_url else None,
+            tools=[
+                lookup_knowledge_tool(DatabaseKnowledgeSearch(embedder=evidence.embedder)),
+                query_logs_tool(DatabaseLogSource()),
+                *([query_mysql_tool(DatabaseSqlSource(evidence.sql_url))] if evidence.sql_url else []),
+            ],
             runbooks=DatabaseRunbooks(check_interval_s=0) if evidence.runbooks else None,
             settings=harness_settings(),
         )

@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from harness.agent import AgentSettings, DiagnosisAgent
 from harness.audit import Audit, AuditSinks
@@ -40,14 +41,11 @@ from harness.ports import (
     CancelSignal,
     Clock,
     InvocationStore,
-    KnowledgeSearch,
-    LogSource,
     RunbookSource,
     RunFinish,
     RunObserver,
     RunStart,
     RunStore,
-    SqlSource,
     Stage,
     TimelineCategory,
 )
@@ -55,8 +53,8 @@ from harness.release import Failure, Release, ReleasePolicy, RunResult
 from harness.routing import Intent, IntentRouter
 from harness.scope import RunScope, report_status
 from harness.tools.boundary import ToolBoundary
-from harness.tools.evidence import evidence_tools
 from harness.tools.projection import DEFAULT_LIMITS, ProjectionLimits
+from harness.tools.spec import ToolSpec
 
 logger = logging.getLogger(__name__)
 
@@ -112,9 +110,7 @@ class ChatApplication:
         run_store: RunStore,
         invocations: InvocationStore,
         audit: AuditSinks,
-        knowledge: KnowledgeSearch | None = None,
-        logs: LogSource | None = None,
-        sql: SqlSource | None = None,
+        tools: Sequence[ToolSpec[Any]] = (),
         runbooks: RunbookSource | None = None,
         settings: HarnessSettings | None = None,
         clock: Clock = SYSTEM_CLOCK,
@@ -127,16 +123,20 @@ class ChatApplication:
         self._sinks = audit
         self._clock = clock
         self._cancel_signal = cancel_signal
-        self._tools = evidence_tools(knowledge=knowledge, logs=logs, sql=sql, timeout_s=self.settings.tool_timeout_s)
+        names = [spec.name for spec in tools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two tools share a name: {names}")
+        self._tools = tuple(tools)
+        citations = {spec.name: spec.citations for spec in tools}
         self._memory = PublishedResultPolicy()
         self._router = IntentRouter(attempts=self.settings.router_attempts)
-        release = ReleasePolicy()
+        release = ReleasePolicy(citations)
         self._executors: dict[Intent, Executor] = {
             Intent.SYSTEM_CHAT: SystemChatExecutor(),
             Intent.KNOWLEDGE_QUERY: KnowledgeQueryExecutor(release),
             Intent.DIAGNOSIS: DiagnosisExecutor(
                 agent=DiagnosisAgent(self.settings.agent),
-                evidence_guard=EvidenceGuard(invocations),
+                evidence_guard=EvidenceGuard(invocations, citations=citations),
                 repair=EvidenceRepair(),
                 semantic_guard=SemanticGuard(),
                 release=release,
@@ -179,6 +179,7 @@ class ChatApplication:
             audit=audit,
             on_call=lambda tool: report_status(observer, run_id, Stage.TOOL_CALL, {"tool": tool}),
             limits=self.settings.projection,
+            default_timeout_s=self.settings.tool_timeout_s,
         )
         scope = RunScope(
             run_id, ctx, ModelCaller(ctx, self._models, audit), boundary, self._invocations, audit, observer

@@ -18,6 +18,7 @@ from harness.draft import Draft
 from harness.guards.evidence import EvidenceCheck
 from harness.ports import InvocationStatus
 from harness.tools.boundary import ToolObservation
+from harness.tools.spec import CitationFields
 
 
 class ContentType(enum.StrEnum):
@@ -120,6 +121,11 @@ def consulted(observations: Sequence[ToolObservation]) -> list[dict[str, Any]]:
 
 
 class ReleasePolicy:
+    """``citations``: per tool, what the report shows of a quote's source (``CitationFields``)."""
+
+    def __init__(self, citations: Mapping[str, CitationFields] | None = None) -> None:
+        self._citations = dict(citations or {})
+
     def fallback(self, reason: FallbackReason, observations: Sequence[ToolObservation]) -> Release:
         payload = {"reason": reason.value, "message": _FALLBACK_MESSAGES[reason], "consulted": consulted(observations)}
         return Release(Outcome.FALLBACK, PublishedContent(ContentType.SAFE_FALLBACK, payload), reason)
@@ -133,9 +139,10 @@ class ReleasePolicy:
         for claim, citations in zip(draft.claims, check.citations, strict=True):
             evidence = []
             for c in citations:
-                evidence.append({"tool": c.tool, "quote": c.quote, **_public_source(c.source)})
-                if c.tool == "lookup_knowledge" and "document_id" in c.source:
-                    source = {k: c.source[k] for k in ("document_id", "title", "section") if k in c.source}
+                fields = self._citations.get(c.tool, CitationFields())
+                evidence.append({"tool": c.tool, "quote": c.quote, **_pick(c.source, fields.shown)})
+                if fields.reference and fields.reference[0] in c.source:
+                    source = _pick(c.source, fields.reference)
                     if source not in sources:
                         sources.append(source)
             findings.append({"statement": claim.statement, "evidence": evidence})
@@ -151,5 +158,5 @@ class ReleasePolicy:
         return Release(Outcome.SUCCESS, PublishedContent(ContentType.DIAGNOSIS_REPORT, payload))
 
 
-def _public_source(source: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in source.items() if k in ("document_id", "title", "section", "service", "ts")}
+def _pick(source: Mapping[str, str], fields: Sequence[str]) -> dict[str, str]:
+    return {k: source[k] for k in fields if k in source}

@@ -15,8 +15,7 @@ from harness.draft import Draft
 from harness.guards.injection import looks_like_instruction
 from harness.guards.quotes import MIN_QUOTE_WEIGHT, EvidenceText, quote_weight
 from harness.ports import CanonicalInvocation, InvocationStatus, InvocationStore
-
-SOURCE_FIELDS = ("document_id", "title", "section", "service", "services", "ts", "level", "columns")
+from harness.tools.spec import CitationFields
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +56,17 @@ class EvidenceCheck:
 
 
 class EvidenceGuard:
-    def __init__(self, store: InvocationStore, *, min_quote_weight: int = MIN_QUOTE_WEIGHT) -> None:
+    """``citations``: per tool, the fields that say where a quote came from (``CitationFields``)."""
+
+    def __init__(
+        self,
+        store: InvocationStore,
+        *,
+        citations: Mapping[str, CitationFields] | None = None,
+        min_quote_weight: int = MIN_QUOTE_WEIGHT,
+    ) -> None:
         self._store = store
+        self._citations = dict(citations or {})
         self._min_weight = min_quote_weight
 
     def check(self, run_id: str, draft: Draft) -> EvidenceCheck:
@@ -95,7 +103,7 @@ class EvidenceGuard:
                         Finding("instruction_like_evidence", "The quoted text addresses an assistant; it is not evidence.", ci, qi)
                     )  # fmt: skip
                     continue
-                source = _source(match.record)
+                source = _source(match.record, self._citations.get(invocation.tool, CitationFields()).source)
                 good.append(
                     VerifiedCitation(citation.tool_call_id, invocation.tool, citation.quote, match.excerpt, source)
                 )
@@ -113,10 +121,10 @@ class EvidenceGuard:
         return None
 
 
-def _source(record: Mapping[str, Any]) -> dict[str, str]:
+def _source(record: Mapping[str, Any], fields: tuple[str, ...]) -> dict[str, str]:
     """Where a quote came from: the identifying fields of the record that holds it."""
     out = {}
-    for key in SOURCE_FIELDS:
+    for key in fields:
         value = record.get(key)
         if isinstance(value, list | tuple):
             value = ", ".join(str(v) for v in value)

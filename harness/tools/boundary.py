@@ -92,8 +92,10 @@ class ToolBoundary:
         on_call: Callable[[str], None] | None = None,
         limits: ProjectionLimits = DEFAULT_LIMITS,
         executor: ThreadPoolExecutor | None = None,
+        default_timeout_s: float = 10.0,
     ) -> None:
         self._ctx = ctx
+        self._default_timeout_s = default_timeout_s
         self._specs = {spec.name: spec for spec in specs}
         self._store = store
         self._audit = audit
@@ -160,7 +162,7 @@ class ToolBoundary:
                 "The arguments do not match the tool's schema; fix them and call again.", exc.problems,
             )  # fmt: skip
         request["arguments"] = args.model_dump(mode="json")
-        p.timeout_s = self._ctx.timeout_for(spec.timeout_s)
+        p.timeout_s = self._ctx.timeout_for(self._default_timeout_s if spec.timeout_s is None else spec.timeout_s)
         p.future = (self._executor or _shared_pool()).submit(self._run_backend, spec, args, p.timeout_s)
         return p
 

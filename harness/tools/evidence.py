@@ -1,19 +1,20 @@
-"""The three evidence tools of the diagnosis agent, each behind its port.
+"""The evidence tools of the diagnosis agent, each a ``ToolSpec`` over its port.
 
-A tool exists only when its backend is configured: ``evidence_tools`` builds the specs from the
-ports it is given and leaves the others out, so the agent is never offered a dead tool.
+The composition root builds the list the harness gets (``ChatApplication(tools=[...])``), one
+spec per configured backend, so the agent is never offered a dead tool. Another tool is another
+spec like these (its arguments model, a handler over its port, its ``CitationFields``), in a
+module of its own, plus one line in the wiring.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from harness.ports import KnowledgeSearch, LogQuery, LogSource, SqlRefused, SqlSource
-from harness.tools.spec import ToolArguments, ToolOutput, ToolRefused, ToolSpec
+from harness.tools.spec import CitationFields, ToolArguments, ToolOutput, ToolRefused, ToolSpec
 
 LOOKUP_KNOWLEDGE = "lookup_knowledge"
 QUERY_LOGS = "query_logs"
@@ -66,7 +67,7 @@ class QueryMysqlArgs(ToolArguments):
     sql: Annotated[str, Field(min_length=1, max_length=4000, description="One read-only SELECT statement.")]
 
 
-def lookup_knowledge_tool(search: KnowledgeSearch, *, timeout_s: float = 10.0) -> ToolSpec[LookupKnowledgeArgs]:
+def lookup_knowledge_tool(search: KnowledgeSearch, *, timeout_s: float | None = None) -> ToolSpec[LookupKnowledgeArgs]:
     def handle(args: LookupKnowledgeArgs, _timeout_s: float) -> ToolOutput:
         result = search.search(args.query, args.top_k)
         raw = {
@@ -96,10 +97,16 @@ def lookup_knowledge_tool(search: KnowledgeSearch, *, timeout_s: float = 10.0) -
         args_model=LookupKnowledgeArgs,
         handler=handle,
         timeout_s=timeout_s,
+        # a cited chunk names its document, and the document is one of the report's sources
+        citations=CitationFields(
+            source=("document_id", "title", "section"),
+            shown=("document_id", "title", "section"),
+            reference=("document_id", "title", "section"),
+        ),
     )
 
 
-def query_logs_tool(logs: LogSource, *, timeout_s: float = 10.0) -> ToolSpec[QueryLogsArgs]:
+def query_logs_tool(logs: LogSource, *, timeout_s: float | None = None) -> ToolSpec[QueryLogsArgs]:
     def handle(args: QueryLogsArgs, _timeout_s: float) -> ToolOutput:
         result = logs.query(
             LogQuery(
@@ -145,10 +152,12 @@ def query_logs_tool(logs: LogSource, *, timeout_s: float = 10.0) -> ToolSpec[Que
         args_model=QueryLogsArgs,
         handler=handle,
         timeout_s=timeout_s,
+        # a line has its service, time and level; a template, its services and level
+        citations=CitationFields(source=("service", "services", "ts", "level"), shown=("service", "ts")),
     )
 
 
-def query_mysql_tool(sql: SqlSource, *, timeout_s: float = 10.0) -> ToolSpec[QueryMysqlArgs]:
+def query_mysql_tool(sql: SqlSource, *, timeout_s: float | None = None) -> ToolSpec[QueryMysqlArgs]:
     tables = list(sql.tables())
 
     def handle(args: QueryMysqlArgs, timeout: float) -> ToolOutput:
@@ -177,22 +186,5 @@ def query_mysql_tool(sql: SqlSource, *, timeout_s: float = 10.0) -> ToolSpec[Que
         args_model=QueryMysqlArgs,
         handler=handle,
         timeout_s=timeout_s,
+        citations=CitationFields(source=("columns",)),
     )
-
-
-def evidence_tools(
-    *,
-    knowledge: KnowledgeSearch | None,
-    logs: LogSource | None,
-    sql: SqlSource | None,
-    timeout_s: float = 10.0,
-) -> Sequence[ToolSpec[Any]]:
-    """The tools whose backends are configured, in a fixed order."""
-    specs: list[ToolSpec[Any]] = []
-    if knowledge is not None:
-        specs.append(lookup_knowledge_tool(knowledge, timeout_s=timeout_s))
-    if logs is not None:
-        specs.append(query_logs_tool(logs, timeout_s=timeout_s))
-    if sql is not None:
-        specs.append(query_mysql_tool(sql, timeout_s=timeout_s))
-    return specs

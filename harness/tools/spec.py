@@ -2,7 +2,8 @@
 
 A tool's arguments are a pydantic model. ``ToolSpec.definition`` derives the schema from it and
 ``ToolSpec.parse`` validates what the model sent against the very same model, so the two can
-never drift apart.
+never drift apart. The spec also says how the tool's evidence is cited (``CitationFields``):
+adding a tool is one spec, handed to ``ChatApplication(tools=[...])`` by the composition root.
 """
 
 from __future__ import annotations
@@ -53,13 +54,30 @@ class ToolRefused(Exception):
         super().__init__(reason)
 
 
+@dataclass(frozen=True, slots=True)
+class CitationFields:
+    """How a tool's evidence is cited and shown, so that guards and release need no tool names.
+
+    ``source``: the fields of a result record that say where a quote in it came from (the
+    guards show them with the excerpt); ``shown``: those of them the published report prints
+    beside the quote; ``reference``: a cited record that has the first of these fields is one
+    of the report's listed sources, described by all of them (a document, its title, its section).
+    """
+
+    source: tuple[str, ...] = ()
+    shown: tuple[str, ...] = ()
+    reference: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class ToolSpec(Generic[ArgsT]):
     name: str
     description: str
     args_model: type[ArgsT]
     handler: Callable[[ArgsT, float], ToolOutput] = field(repr=False)
-    timeout_s: float = 10.0
+    #: None: the run's tool timeout (``HarnessSettings.tool_timeout_s``)
+    timeout_s: float | None = None
+    citations: CitationFields = field(default_factory=CitationFields)
 
     @cached_property
     def definition(self) -> ToolDefinition:

@@ -15,6 +15,7 @@ import sys
 import traceback
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -135,36 +136,28 @@ def test_a_diagnosis_run_logs_nothing_private(alice: Caller, all_logs: pytest.Lo
     assert marker not in all_logs.text and alice.key not in all_logs.text
 
 
-class _Exploding:
-    """An evidence backend whose calls fail with a message quoting private data."""
+def _exploding(message: str) -> Any:
+    """A tool handler whose backend fails with a message quoting private data."""
 
-    def __init__(self, backend: Any, message: str) -> None:
-        self._backend = backend
-        self._message = message
+    def explode(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(message)
 
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._backend, name)
-        if name not in ("search", "query", "execute"):
-            return attribute
-
-        def explode(*args: Any, **kwargs: Any) -> Any:
-            raise RuntimeError(self._message)
-
-        return explode
+    return explode
 
 
 def test_failing_evidence_backends_are_logged_without_their_messages(
     alice: Caller, all_logs: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, fresh_application: None
 ) -> None:
     marker = f"zq-{uuid.uuid4().hex}"
-    original = wiring.evidence_backends
+    original = wiring.evidence
+    message = f"{marker}: SELECT * FROM payments WHERE note = 'HikariPool'"
 
-    def exploding() -> dict[str, Any]:
-        backends = original()
-        message = f"{marker}: SELECT * FROM payments WHERE note = 'HikariPool'"
-        return {name: _Exploding(b, message) if name != "runbooks" else b for name, b in backends.items()}
+    def exploding() -> wiring.Evidence:
+        chosen = original()
+        tools = [replace(spec, handler=_exploding(message)) for spec in chosen.tools]
+        return wiring.Evidence(tools, chosen.runbooks)
 
-    monkeypatch.setattr(wiring, "evidence_backends", exploding)
+    monkeypatch.setattr(wiring, "evidence", exploding)
     run_id = ask(alice, f"{DIAGNOSIS} (ticket {marker})")
     services.run_execute(run_id=run_id)
 

@@ -16,6 +16,7 @@ from harness.llm.scripted import ScriptedModel, Step, json_message, respond, too
 from harness.ports import CancelSignal
 from harness.release import RunResult
 from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
+from harness.tools.spec import ToolSpec
 
 POOL_LINE = "Connection is not available, request timed out after 30000ms"
 PASS = json_message({"verdict": "PASS", "issues": []})
@@ -123,6 +124,7 @@ def build_chain(
     clock: Any = None,
     cancel_signal: CancelSignal | None = None,
     tools: Sequence[str] = ("knowledge", "logs", "sql"),
+    extra_tools: Sequence[ToolSpec[Any]] = (),
 ) -> Chain:
     inc = incident or payment_incident()
 
@@ -140,9 +142,7 @@ def build_chain(
         run_store=store,
         invocations=invocations,
         audit=audit.sinks(),
-        knowledge=inc.knowledge if "knowledge" in tools else None,
-        logs=inc.logs if "logs" in tools else None,
-        sql=inc.sql if "sql" in tools else None,
+        tools=[*inc.tools(knowledge="knowledge" in tools, logs="logs" in tools, sql="sql" in tools), *extra_tools],
         runbooks=inc.runbooks,
         settings=settings,
         cancel_signal=(lambda _run_id: cancel_signal) if cancel_signal else None,

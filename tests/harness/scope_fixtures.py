@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.audit import Audit
 from harness.context import Budgets, RunContext
+from harness.examples import payment_incident
 from harness.llm.base import ChatModel, ModelRequest, Models
 from harness.llm.call import ModelCaller
 from harness.llm.scripted import ScriptedModel, Step, respond, tool_results
@@ -31,7 +32,8 @@ from harness.testing import (
     RecordingObserver,
 )
 from harness.tools.boundary import ToolBoundary
-from harness.tools.evidence import evidence_tools
+from harness.tools.evidence import lookup_knowledge_tool, query_logs_tool, query_mysql_tool
+from harness.tools.spec import ToolSpec
 
 RUN_ID = "run-under-test"
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -86,6 +88,21 @@ class Harness:
         return self.scope.ctx
 
 
+#: how the evidence tools' results are cited, as ChatApplication hands it to the guards and release
+CITATIONS = {spec.name: spec.citations for spec in payment_incident().tools()}
+
+
+def tools_over(
+    *, knowledge: KnowledgeSearch | None = None, logs: LogSource | None = None, sql: SqlSource | None = None
+) -> list[ToolSpec[Any]]:
+    """The evidence tools over the backends given, as a composition root would list them."""
+    return [
+        *([lookup_knowledge_tool(knowledge)] if knowledge is not None else []),
+        *([query_logs_tool(logs)] if logs is not None else []),
+        *([query_mysql_tool(sql)] if sql is not None else []),
+    ]
+
+
 def build_scope(
     steps: Iterable[Step] = (),
     *,
@@ -110,7 +127,7 @@ def build_scope(
     invocations = store if store is not None else InMemoryInvocationStore()
     boundary = ToolBoundary(
         ctx=ctx,
-        specs=evidence_tools(knowledge=knowledge, logs=logs, sql=sql),
+        specs=tools_over(knowledge=knowledge, logs=logs, sql=sql),
         store=invocations,
         audit=audit,
     )

@@ -19,6 +19,7 @@ from harness.llm.offline import OfflineAnalyst
 from harness.llm.scripted import Step, assistant_message, json_message, raise_error, respond, tool_call, tool_calls
 from harness.ports import Stage
 from harness.testing import ManualCancelSignal, RecordingObserver
+from harness.tools.spec import CitationFields, ToolArguments, ToolOutput, ToolSpec
 from tests.harness.chain import PASS, POOL_LINE, FakeClock, build_chain, cite, draft, route
 
 LOGS = ("query_logs", {"level": "ERROR"})
@@ -70,6 +71,57 @@ def test_the_report_carries_no_call_ids_and_no_raw_payloads() -> None:
     assert "call_" not in text
     assert "waiting=" not in text.replace(POOL_LINE, "")  # only the quoted excerpt, not raw lines
     assert result.published_result is not None and "call_" not in json.dumps(result.published_result)
+
+
+class MetricsArgs(ToolArguments):
+    metric: str
+
+
+def metrics_tool() -> ToolSpec[MetricsArgs]:
+    """A tool the harness has never heard of: one spec, its citation fields declared with it."""
+
+    def handle(args: MetricsArgs, _timeout_s: float) -> ToolOutput:
+        series = [{"metric": args.metric, "host": "db-1", "text": "p99 latency rose to 4.2 s at 10:00"}]
+        return ToolOutput({"series": series}, "ok")
+
+    return ToolSpec(
+        name="query_metrics",
+        description="Read a metric's recent series.",
+        args_model=MetricsArgs,
+        handler=handle,
+        citations=CitationFields(source=("metric", "host"), shown=("metric",)),
+    )
+
+
+def test_a_new_tool_is_one_spec_in_the_list_cited_and_shown_as_it_declares() -> None:
+    quote = "p99 latency rose to 4.2 s at 10:00"
+    chain = build_chain(
+        router=[route("DIAGNOSIS")],
+        agent=[tool_calls(("query_metrics", {"metric": "db.latency.p99"})), draft(cite("query_metrics", quote))],
+        guard=[respond(lambda request: _verdict_seeing(request, "db-1"))],
+        tools=(),
+        extra_tools=[metrics_tool()],
+    )
+
+    result = chain.ask()
+
+    assert result.outcome is Outcome.SUCCESS and result.content is not None
+    assert [t.name for t in chain.scripted("agent").calls[0].tools] == ["query_metrics"]
+    (evidence,) = result.content.payload["findings"][0]["evidence"]
+    # the guards saw the host; the published report shows only what the tool declared as shown
+    assert evidence == {"tool": "query_metrics", "quote": quote, "metric": "db.latency.p99"}
+    assert result.content.payload["sources"] == []
+
+
+def _verdict_seeing(request: ModelRequest, host: str) -> str:
+    """PASS only when the semantic guard was shown the quote's source fields."""
+    seen = host in request.messages[-1].content if request.messages[-1].content else False
+    return json.dumps({"verdict": "PASS" if seen else "REJECT", "issues": []})
+
+
+def test_two_tools_with_one_name_are_refused() -> None:
+    with pytest.raises(ValueError, match="share a name"):
+        build_chain(extra_tools=[metrics_tool(), metrics_tool()])
 
 
 def test_previous_turn_is_read_before_the_run_is_persisted_and_only_from_a_success() -> None:

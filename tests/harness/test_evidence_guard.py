@@ -14,6 +14,7 @@ from harness.ports import CanonicalInvocation, InvocationStatus, LogLine
 from harness.testing import InMemoryInvocationStore
 from tests.harness.scope_fixtures import (
     CHUNKS,
+    CITATIONS,
     LOG_LINES,
     POOL_DOC_TEXT,
     RUN_ID,
@@ -55,7 +56,7 @@ def draft_of(*claims: dict[str, Any], conclusion: str = "The pool is exhausted."
 def check(
     store: InMemoryInvocationStore, *claims: dict[str, Any], conclusion: str = "The pool is exhausted."
 ) -> EvidenceCheck:
-    return EvidenceGuard(store).check(RUN_ID, draft_of(*claims, conclusion=conclusion))
+    return EvidenceGuard(store, citations=CITATIONS).check(RUN_ID, draft_of(*claims, conclusion=conclusion))
 
 
 def test_a_valid_citation_passes(store: InMemoryInvocationStore) -> None:
@@ -140,7 +141,9 @@ def test_a_call_of_another_run_cannot_be_cited(store: InMemoryInvocationStore) -
     assert set(result.result.codes) <= {"unknown_invocation", "foreign_invocation"}
     assert result.result.codes
     # the other run can still cite it
-    other = EvidenceGuard(store).check("another-run", draft_of(claim(STATEMENT, ("call_other_run", POOL_QUOTE))))
+    other = EvidenceGuard(store, citations=CITATIONS).check(
+        "another-run", draft_of(claim(STATEMENT, ("call_other_run", POOL_QUOTE)))
+    )
     assert other.result.passed
 
 
@@ -160,7 +163,9 @@ class IdOnlyStore:
 def test_an_invocation_of_another_run_is_foreign_even_if_a_store_returns_it() -> None:
     store = IdOnlyStore(ready_invocation("call_other_run", log_raw(*LOG_LINES), run_id="another-run"))
 
-    result = EvidenceGuard(store).check(RUN_ID, draft_of(claim(STATEMENT, ("call_other_run", POOL_QUOTE))))
+    result = EvidenceGuard(store, citations=CITATIONS).check(
+        RUN_ID, draft_of(claim(STATEMENT, ("call_other_run", POOL_QUOTE)))
+    )
 
     assert not result.result.passed
     assert result.result.codes == ("foreign_invocation",)

@@ -28,6 +28,7 @@ from harness.release import ContentType, FallbackReason, Release, ReleasePolicy
 from harness.testing import InMemoryKnowledge, InMemoryRunbooks
 from tests.harness.scope_fixtures import (
     CHUNKS,
+    CITATIONS,
     POOL_ERROR,
     RUN_ID,
     SMTP_RETRY,
@@ -102,7 +103,7 @@ def knowledge_reply(*doc_ids: str, answer: str = "Restore the previous db.pool.m
 
 
 def knowledge() -> KnowledgeQueryExecutor:
-    return KnowledgeQueryExecutor(ReleasePolicy())
+    return KnowledgeQueryExecutor(ReleasePolicy(CITATIONS))
 
 
 def test_a_grounded_answer_is_published_with_its_sources() -> None:
@@ -247,10 +248,10 @@ def test_a_failing_knowledge_base_is_a_failure_not_an_answer() -> None:
 def run_diagnosis(h: Harness, runbooks: InMemoryRunbooks | None = None) -> Release:
     executor = DiagnosisExecutor(
         agent=DiagnosisAgent(),
-        evidence_guard=EvidenceGuard(h.store),
+        evidence_guard=EvidenceGuard(h.store, citations=CITATIONS),
         repair=EvidenceRepair(),
         semantic_guard=SemanticGuard(),
-        release=ReleasePolicy(),
+        release=ReleasePolicy(CITATIONS),
         memory=PublishedResultPolicy(),
         runbooks=runbooks,
     )

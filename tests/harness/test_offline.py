@@ -30,6 +30,7 @@ from harness.testing import (
     RecordingObserver,
     SqliteSqlSource,
 )
+from tests.harness.scope_fixtures import tools_over
 
 ENGLISH = "Payments are timing out since about 10:00 UTC — what is going on?"
 CHINESE = "支付接口从10点开始一直超时，帮我排查原因"
@@ -80,9 +81,7 @@ def diagnose(
         run_store=InMemoryRunStore(),
         invocations=invocations,
         audit=audit.sinks(),
-        knowledge=knowledge,
-        logs=logs,
-        sql=sql,
+        tools=tools_over(knowledge=knowledge, logs=logs, sql=sql),
         runbooks=runbooks,
     )
     result = app.execute(ChatRequest(question, owner="oncall"), RecordingObserver())

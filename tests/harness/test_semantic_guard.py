@@ -18,6 +18,7 @@ from harness.llm.scripted import Step, assistant_message, json_message, raise_er
 from harness.prompts import SEMANTIC_GUARD
 from harness.testing import InMemoryInvocationStore
 from tests.harness.scope_fixtures import (
+    CITATIONS,
     LOG_LINES,
     POOL_ERROR,
     RUN_ID,
@@ -41,7 +42,7 @@ def verified(draft_text: str) -> tuple[Draft, EvidenceCheck]:
     store = InMemoryInvocationStore()
     store.put(ready_invocation(LOGS_ID, log_raw(*LOG_LINES)))
     draft = parse_draft(draft_text)
-    check = EvidenceGuard(store).check(RUN_ID, draft)
+    check = EvidenceGuard(store, citations=CITATIONS).check(RUN_ID, draft)
     assert check.result.passed, check.result.findings
     return draft, check
 
@@ -127,7 +128,7 @@ def test_the_review_is_isolated_from_the_agent() -> None:
     )
     outcome = DiagnosisAgent().run(h.scope, QUESTION, None, ())
     assert outcome.draft is not None
-    check = EvidenceGuard(h.store).check(RUN_ID, outcome.draft)
+    check = EvidenceGuard(h.store, citations=CITATIONS).check(RUN_ID, outcome.draft)
     assert check.result.passed
 
     SemanticGuard().review(h.scope.caller, outcome.draft, check)

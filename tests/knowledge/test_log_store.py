@@ -30,6 +30,7 @@ from harness.text import log_template
 from harness.tools.evidence import query_logs_tool
 from knowledge.logs import DatabaseLogSource, ingest
 from knowledge.models import LogEntry, LogLevel
+from tests.harness.scope_fixtures import tools_over
 
 pytestmark = pytest.mark.usefixtures("service")
 
@@ -377,9 +378,7 @@ def test_the_offline_analyst_finds_the_pool_in_the_ingested_incident(tmp_path: P
             run_store=InMemoryRunStore(),
             invocations=InMemoryInvocationStore(),
             audit=InMemoryAudit().sinks(),
-            knowledge=incident.knowledge,
-            logs=logs,
-            sql=incident.sql,
+            tools=tools_over(knowledge=incident.knowledge, logs=logs, sql=incident.sql),
             runbooks=incident.runbooks,
         )
         return app.execute(ChatRequest(incident.question, owner="oncall"), RecordingObserver())
