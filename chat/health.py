@@ -35,7 +35,7 @@ def _redis() -> str:
 
 
 def _broker() -> str:
-    from config.celery import app
+    from celery import current_app as app
 
     with app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=0, timeout=2)

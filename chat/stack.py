@@ -136,7 +136,7 @@ class Stack:
             return False
 
     def _worker_ready(self, index: int) -> bool:
-        from config.celery import app
+        from celery import current_app as app
 
         try:
             replies = app.control.ping(destination=[f"runs-{self.port}-{index}@{socket.gethostname()}"], timeout=0.5)
