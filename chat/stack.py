@@ -57,6 +57,15 @@ def _redis_server_binary() -> str | None:
     return shutil.which("redis-server")
 
 
+def _terminate_with_parent() -> None:
+    """In the child, before exec: the kernel sends SIGTERM when the parent thread exits (Linux)."""
+    if sys.platform == "linux":
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 @dataclass
 class Stack:
     """The service's processes. ``env`` is passed to every child on top of os.environ."""
@@ -75,7 +84,8 @@ class Stack:
         return f"http://127.0.0.1:{self.port}"
 
     def _env(self) -> dict[str, str]:
-        return {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        # SBA_STACK_PID: every child that loads the project ends when this process does (config.lifeline)
+        return {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", "SBA_STACK_PID": str(os.getpid())}
 
     def _spawn(self, name: str, command: list[str]) -> None:
         log_dir = self.log_dir or Path(tempfile.mkdtemp(prefix="sba-stack-"))
@@ -88,6 +98,8 @@ class Stack:
             stdout=out if self.quiet else None,
             stderr=subprocess.STDOUT if self.quiet else None,
             start_new_session=True,
+            # and those that do not (the web server's supervisor, redis-server) get SIGTERM then
+            preexec_fn=_terminate_with_parent,
         )
 
     def ensure_redis(self) -> None:
