@@ -1,7 +1,7 @@
 """The ports: everything the harness needs from the outside world, as small Protocols.
 
 The Django service implements them with the ORM, Redis and django-eventstream;
-``harness.testing`` implements them in memory. Nothing in ``harness/`` imports an adapter.
+``harness.inmemory`` implements them in memory. Nothing in ``harness/`` imports an adapter.
 """
 
 from __future__ import annotations

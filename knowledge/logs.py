@@ -12,7 +12,7 @@ Three parts, each usable on its own:
 - **Ingestion** (:func:`ingest`, and ``manage.py ingest_logs``): bulk inserts of
   :class:`~knowledge.models.LogEntry` rows in batches, with a progress bar.
 - **Querying** (:class:`DatabaseLogSource`): the :class:`~harness.ports.LogSource` the agent's
-  ``query_logs`` tool reads, with the semantics of :class:`harness.testing.InMemoryLogs`, and
+  ``query_logs`` tool reads, with the semantics of :class:`harness.inmemory.InMemoryLogs`, and
   message templates mined with drain3.
 """
 
@@ -760,7 +760,7 @@ class _Cluster:
 class DatabaseLogSource:
     """The :class:`~harness.ports.LogSource` over :class:`~knowledge.models.LogEntry`.
 
-    Semantics are those of :class:`harness.testing.InMemoryLogs`: every word of the query must
+    Semantics are those of :class:`harness.inmemory.InMemoryLogs`: every word of the query must
     occur in the message (case-insensitively), ``level`` is a minimum, ``start``/``end`` are
     inclusive, lines come newest first up to ``limit``, ``total`` and the counts by level and
     service cover every match.

@@ -36,8 +36,8 @@ from django.db import transaction
 
 from harness.application import ChatApplication, ChatRequest
 from harness.guards.quotes import EvidenceText
+from harness.inmemory import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
 from harness.llm.base import Models
-from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
 from knowledge import services
 from knowledge.embeddings import Embedder
 from knowledge.extract import TYPES

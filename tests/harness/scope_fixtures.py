@@ -10,6 +10,13 @@ from typing import Any
 
 from harness.audit import Audit
 from harness.context import Budgets, RunContext
+from harness.inmemory import (
+    InMemoryAudit,
+    InMemoryInvocationStore,
+    InMemoryKnowledge,
+    InMemoryLogs,
+    RecordingObserver,
+)
 from harness.llm.base import ChatModel, ModelRequest, Models
 from harness.llm.call import ModelCaller
 from harness.llm.scripted import ScriptedModel, Step, respond, tool_results
@@ -23,13 +30,6 @@ from harness.ports import (
     SqlSource,
 )
 from harness.scope import RunScope
-from harness.testing import (
-    InMemoryAudit,
-    InMemoryInvocationStore,
-    InMemoryKnowledge,
-    InMemoryLogs,
-    RecordingObserver,
-)
 from harness.tools.boundary import ToolBoundary
 from harness.tools.evidence import evidence_tools
 

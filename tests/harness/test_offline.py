@@ -16,11 +16,7 @@ import pytest
 
 from harness.application import ChatApplication, ChatRequest
 from harness.examples import INJECTION, Incident, payment_incident
-from harness.llm.base import Models
-from harness.llm.offline import OfflineAnalyst
-from harness.ports import KnowledgeChunk, LogLine, Runbook
-from harness.release import RunResult
-from harness.testing import (
+from harness.inmemory import (
     InMemoryAudit,
     InMemoryInvocationStore,
     InMemoryKnowledge,
@@ -30,6 +26,10 @@ from harness.testing import (
     RecordingObserver,
     SqliteSqlSource,
 )
+from harness.llm.base import Models
+from harness.llm.offline import OfflineAnalyst
+from harness.ports import KnowledgeChunk, LogLine, Runbook
+from harness.release import RunResult
 
 ENGLISH = "Payments are timing out since about 10:00 UTC — what is going on?"
 CHINESE = "支付接口从10点开始一直超时，帮我排查原因"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
+from harness.inmemory import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
 from harness.llm.offline.analyst import (
     ChangeRow,
     Pattern,
@@ -16,7 +17,6 @@ from harness.llm.offline.analyst import (
     _reports_elsewhere,
 )
 from harness.ports import KnowledgeChunk, LogLine
-from harness.testing import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
 from harness.text import log_template
 from tests.harness.test_offline import assert_verified_diagnosis, diagnose
 

@@ -16,16 +16,16 @@ from django.core.management import CommandError, call_command
 
 from harness.application import ChatApplication, ChatRequest
 from harness.examples import INJECTION, payment_incident
-from harness.llm.base import Models
-from harness.llm.offline import OfflineAnalyst
-from harness.ports import LogLine, LogQuery, LogResult
-from harness.testing import (
+from harness.inmemory import (
     InMemoryAudit,
     InMemoryInvocationStore,
     InMemoryLogs,
     InMemoryRunStore,
     RecordingObserver,
 )
+from harness.llm.base import Models
+from harness.llm.offline import OfflineAnalyst
+from harness.ports import LogLine, LogQuery, LogResult
 from harness.text import log_template
 from harness.tools.evidence import query_logs_tool
 from knowledge.logs import DatabaseLogSource, ingest
