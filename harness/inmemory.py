@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import sqlite3
 import threading
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -21,6 +21,7 @@ from typing import Any
 
 from harness.audit import AuditSinks
 from harness.context import RunStatus
+from harness.logs import group_templates, keep_templates, level_rank
 from harness.ports import (
     CanonicalInvocation,
     KnowledgeChunk,
@@ -28,7 +29,6 @@ from harness.ports import (
     LogLine,
     LogQuery,
     LogResult,
-    LogTemplate,
     ReasoningRecord,
     RoutingContext,
     Runbook,
@@ -43,10 +43,9 @@ from harness.ports import (
     TableInfo,
     TimelineEvent,
     ToolAuditRecord,
-    keep_templates,
 )
 from harness.release import RunResult
-from harness.text import content_tokens, log_template, tokens
+from harness.text import content_tokens, tokens
 
 __all__ = [
     "InMemoryAudit",
@@ -254,52 +253,38 @@ class InMemoryKnowledge:
         return KnowledgeResult(hits, "ok" if hits else "no_evidence", "lexical")
 
 
-_LEVEL_RANK = {"DEBUG": 0, "INFO": 1, "WARN": 2, "ERROR": 3, "FATAL": 4}
-
-
 class InMemoryLogs:
+    """Log lines in a list; the reference semantics of :class:`~harness.ports.LogSource`.
+
+    Every word of the query must occur in the message (case-insensitively), ``level`` is a
+    minimum, ``start``/``end`` are inclusive, lines come newest first up to ``limit``, the totals
+    and counts cover every match, and templates are grouped by :func:`harness.logs.group_templates`.
+    """
+
     def __init__(self, lines: Iterable[LogLine] = (), *, max_templates: int = 15) -> None:
         self.lines = sorted(lines, key=lambda line: line.ts, reverse=True)
         self.max_templates = max_templates
 
     def query(self, query: LogQuery) -> LogResult:
         words = [w for w in query.query.lower().split() if w]
-        floor = _LEVEL_RANK.get(query.level or "DEBUG", 0)
+        floor = level_rank(query.level)
         start = query.start.isoformat() if query.start else None
         end = query.end.isoformat() if query.end else None
         matched = [
             line
             for line in self.lines
-            if _LEVEL_RANK.get(line.level, 0) >= floor
+            if level_rank(line.level) >= floor
             and (query.service is None or line.service == query.service)
             and (start is None or _iso(line.ts) >= start)
             and (end is None or _iso(line.ts) <= end)
             and all(w in line.message.lower() for w in words)
         ]
-        groups: dict[str, list[LogLine]] = defaultdict(list)
-        for line in matched:
-            groups[log_template(line.message)].append(line)
-        templates = sorted(
-            (
-                LogTemplate(
-                    template=t,
-                    count=len(ls),
-                    level=max((x.level for x in ls), key=lambda lv: _LEVEL_RANK.get(lv, 0)),
-                    services=tuple(sorted({x.service for x in ls})),
-                    first_ts=min(x.ts for x in ls),
-                    last_ts=max(x.ts for x in ls),
-                    example=ls[-1].message,
-                )
-                for t, ls in groups.items()
-            ),
-            key=lambda t: (-t.count, t.first_ts),
-        )
         return LogResult(
             lines=tuple(matched[: query.limit]),
             total=len(matched),
             counts_by_level=dict(Counter(line.level for line in matched)),
             counts_by_service=dict(Counter(line.service for line in matched)),
-            templates=keep_templates(templates, self.max_templates),
+            templates=keep_templates(group_templates(matched), self.max_templates),
         )
 
 

@@ -92,28 +92,6 @@ class LogTemplate:
     example: str
 
 
-_SEVERE = ("ERROR", "FATAL")
-
-
-def keep_templates(ranked: Sequence[LogTemplate], keep: int) -> tuple[LogTemplate, ...]:
-    """The ``keep`` most frequent of ``ranked`` (most frequent first), except that up to a third of
-    the slots go to rarer ERROR and FATAL templates, in place of the least frequent milder ones of
-    the lower half: a process that dies logs its FATAL once, while the proxy in front of it logs
-    every failed request."""
-    kept = list(ranked[:keep])
-    severe = sorted(
-        (t for t in ranked[keep:] if t.level in _SEVERE),
-        key=lambda t: (-_SEVERE.index(t.level), -t.count),
-    )
-    milder = [t for t in reversed(kept[keep // 2 :]) if t.level not in _SEVERE]
-    swap = min(len(severe), len(milder), keep // 3)
-    if not swap:
-        return tuple(kept)
-    dropped = {id(t) for t in milder[:swap]}
-    chosen = [t for t in kept if id(t) not in dropped] + severe[:swap]
-    return tuple(sorted(chosen, key=lambda t: (-t.count, t.first_ts)))
-
-
 @dataclass(frozen=True, slots=True)
 class LogResult:
     lines: tuple[LogLine, ...]

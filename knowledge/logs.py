@@ -38,8 +38,17 @@ from drain3 import TemplateMiner  # type: ignore[import-untyped]
 from drain3.template_miner_config import TemplateMinerConfig  # type: ignore[import-untyped]
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from harness.ports import LogLine, LogQuery, LogResult, LogTemplate, keep_templates
-from harness.text import log_template
+from harness.logs import (
+    LEVEL_ALIASES,
+    LEVEL_RANK,
+    LEVELS,
+    TemplateTally,
+    keep_templates,
+    level_name,
+    level_rank,
+    log_template,
+)
+from harness.ports import LogLine, LogQuery, LogResult
 from knowledge.models import LogEntry
 
 logger = logging.getLogger(__name__)
@@ -47,7 +56,6 @@ logger = logging.getLogger(__name__)
 logging.getLogger("drain3.template_miner").setLevel(logging.WARNING)
 
 __all__ = [
-    "LEVELS",
     "UNKNOWN_SERVICE",
     "DatabaseLogSource",
     "IngestReport",
@@ -60,9 +68,6 @@ __all__ = [
     "parse_line",
 ]
 
-#: The stored levels, indexed by their :class:`~knowledge.models.LogLevel` value.
-LEVELS = ("DEBUG", "INFO", "WARN", "ERROR", "FATAL")
-_RANK = {name: rank for rank, name in enumerate(LEVELS)}
 #: The service of a line that names none, when the caller gives no default.
 UNKNOWN_SERVICE = "unknown"
 
@@ -75,12 +80,16 @@ _SOURCE_CHARS = LogEntry._meta.get_field("source").max_length or 200
 _MIN_TS = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_TS = datetime(2999, 12, 31, 23, 59, 59, tzinfo=UTC)
 
+#: Level words as log files write them: the names and aliases every source knows
+#: (:mod:`harness.logs`), and what particular formats add (log4j and java.util.logging,
+#: syslog's severities, Python's ``information``…).
 _LEVEL_WORDS = {
-    **dict.fromkeys(("debug", "dbg", "trace", "verbose", "fine", "finer", "finest"), "DEBUG"),
-    **dict.fromkeys(("info", "information", "informational", "notice"), "INFO"),
-    **dict.fromkeys(("warn", "warning"), "WARN"),
-    **dict.fromkeys(("error", "err", "severe"), "ERROR"),
-    **dict.fromkeys(("fatal", "critical", "crit", "panic", "alert", "emerg", "emergency"), "FATAL"),
+    **{name.lower(): name for name in LEVELS},
+    **{alias.lower(): name for alias, name in LEVEL_ALIASES.items()},
+    **dict.fromkeys(("dbg", "verbose", "fine", "finer", "finest"), "DEBUG"),
+    **dict.fromkeys(("information", "informational", "notice"), "INFO"),
+    "severe": "ERROR",
+    **dict.fromkeys(("crit", "panic", "alert", "emerg", "emergency"), "FATAL"),
 }
 # syslog severities 0–7 (the PRI value modulo 8)
 _SYSLOG_SEVERITY = ("FATAL", "FATAL", "FATAL", "ERROR", "WARN", "INFO", "INFO", "DEBUG")
@@ -688,7 +697,7 @@ def ingest(
                     LogEntry(
                         ts=item.ts,
                         service=item.service,
-                        level=_RANK[item.level],
+                        level=LEVEL_RANK[item.level],
                         message=item.message,
                         attributes=dict(item.attributes),
                         source=source,
@@ -735,26 +744,8 @@ def format_report(report: IngestReport) -> str:
 # --- querying ------------------------------------------------------------------------------
 
 
-@dataclass
-class _Cluster:
-    """What is known of one mined template: over the mined lines, or refined over all matches."""
-
-    count: int = 0
-    level: int = 0
-    services: set[str] = field(default_factory=set)
-    first: datetime | None = None
-    last: datetime | None = None
-    example: str = ""
-    template: str = ""
-
-    def add(self, ts: datetime, service: str, level: int, message: str) -> None:
-        self.count += 1
-        self.level = max(self.level, level)
-        self.services.add(service)
-        if self.first is None or ts <= self.first:
-            self.first, self.example = ts, message  # the earliest line is the example
-        if self.last is None or ts > self.last:
-            self.last = ts
+#: What is known of one mined template: over the mined lines, or refined over all matches.
+_Cluster = TemplateTally[datetime]
 
 
 class DatabaseLogSource:
@@ -767,7 +758,7 @@ class DatabaseLogSource:
 
     Templates are mined with drain3 (a fresh in-memory miner per query) from messages whose
     variable parts (numbers, ids, IPs, uuids, hex, timestamps) were first masked as ``<*>`` by
-    :func:`harness.text.log_template`; each has its count, highest level, services, first and
+    :func:`harness.logs.log_template`; each has its count, highest level, services, first and
     last time, and an actual message as example; the most frequent ``max_templates`` are kept.
 
     **The mined set is capped** at the newest ``mine_limit`` matches (20 000 by default), to
@@ -793,7 +784,7 @@ class DatabaseLogSource:
         qs = LogEntry.objects.order_by()
         if query.service:
             qs = qs.filter(service=query.service)
-        floor = _RANK.get(normalise_level(query.level) or "DEBUG", 0) if query.level else 0
+        floor = level_rank(normalise_level(query.level)) if query.level else 0
         if floor > 0:
             qs = qs.filter(level__gte=floor)
         if query.start is not None:
@@ -809,7 +800,7 @@ class DatabaseLogSource:
         by_level: dict[str, int] = {}
         by_service: dict[str, int] = {}
         for level, service, n in qs.values_list("level", "service").annotate(n=Count("id")):
-            by_level[_level_name(level)] = by_level.get(_level_name(level), 0) + n
+            by_level[level_name(level)] = by_level.get(level_name(level), 0) + n
             by_service[service] = by_service.get(service, 0) + n
         total = sum(by_level.values())
         if total == 0:
@@ -824,21 +815,7 @@ class DatabaseLogSource:
         if total > mined:
             logger.info("log templates discovered in the newest %d of %d matching lines", mined, total)
             ranked = self._refine(qs, ranked[: self.max_templates * 2])
-        templates = keep_templates(
-            [
-                LogTemplate(
-                    template=c.template,
-                    count=c.count,
-                    level=_level_name(c.level),
-                    services=tuple(sorted(c.services)),
-                    first_ts=_iso(c.first),
-                    last_ts=_iso(c.last),
-                    example=c.example,
-                )
-                for c in ranked
-            ],
-            self.max_templates,
-        )
+        templates = keep_templates([c.summary(_iso) for c in ranked], self.max_templates)
         return LogResult(tuple(lines[:limit]), total, by_level, by_service, templates)
 
     def _mine(
@@ -895,7 +872,7 @@ class DatabaseLogSource:
             m = measured.get(row["template_index"])
             if m is not None:
                 m.count += row["n"]
-                m.level = max(m.level, row["top"])
+                m.rank = max(m.rank, row["top"])
                 m.services.add(row["service"])
                 m.first = row["first"] if m.first is None else min(m.first, row["first"])
                 m.last = row["last"] if m.last is None else max(m.last, row["last"])
@@ -929,13 +906,9 @@ def _utc(ts: datetime) -> datetime:
     return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
 
 
-def _iso(ts: datetime | None) -> str:
-    return "" if ts is None else _utc(ts).isoformat().replace("+00:00", "Z")
-
-
-def _level_name(level: int) -> str:
-    return LEVELS[level] if 0 <= level < len(LEVELS) else "INFO"
+def _iso(ts: datetime) -> str:
+    return _utc(ts).isoformat().replace("+00:00", "Z")
 
 
 def _line(ts: datetime, service: str, level: int, message: str) -> LogLine:
-    return LogLine(_iso(ts), service, _level_name(level), message)
+    return LogLine(_iso(ts), service, level_name(level), message)

@@ -16,8 +16,8 @@ from harness.llm.offline.analyst import (
     _followed_by,
     _reports_elsewhere,
 )
+from harness.logs import log_template
 from harness.ports import KnowledgeChunk, LogLine
-from harness.text import log_template
 from tests.harness.test_offline import assert_verified_diagnosis, diagnose
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)

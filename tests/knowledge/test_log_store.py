@@ -25,8 +25,8 @@ from harness.inmemory import (
 )
 from harness.llm.base import Models
 from harness.llm.offline import OfflineAnalyst
+from harness.logs import log_template
 from harness.ports import LogLine, LogQuery, LogResult
-from harness.text import log_template
 from harness.tools.evidence import query_logs_tool
 from knowledge.logs import DatabaseLogSource, ingest
 from knowledge.models import LogEntry, LogLevel

@@ -26,7 +26,7 @@ import json
 import math
 import re
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -44,10 +44,11 @@ from harness.llm.offline.lexicon import (
     terms,
 )
 from harness.llm.offline.when import resolve, stated_time
-from harness.text import has_cjk, log_template
+from harness.logs import group_templates, level_rank
+from harness.ports import LogLine
+from harness.text import has_cjk
 from harness.tools.evidence import LOOKUP_KNOWLEDGE, QUERY_LOGS, QUERY_MYSQL
 
-_LEVELS = {"DEBUG": 0, "INFO": 1, "WARN": 2, "ERROR": 3, "FATAL": 4}
 MIN_CAUSE_SCORE = 3.0
 #: The log window searched around a symptom's onset: causes start shortly before it.
 INCIDENT_LEAD = timedelta(minutes=60)
@@ -114,7 +115,7 @@ class Pattern:
 
     @property
     def rank(self) -> int:
-        return _LEVELS.get(self.level, 0)
+        return level_rank(self.level)
 
     @property
     def words(self) -> frozenset[str]:
@@ -212,31 +213,18 @@ def _opens_window(first: datetime, start: Any) -> bool:
 
 
 def _templates_from_lines(lines: list[Any]) -> list[dict[str, Any]]:
-    groups: dict[str, dict[str, Any]] = {}
-    for line in lines:
-        if not isinstance(line, dict):
-            continue
-        message = untruncated(str(line.get("message", "")))
-        key = log_template(message)
-        entry = groups.setdefault(
-            key,
-            {
-                "template": key,
-                "count": 0,
-                "level": line.get("level"),
-                "services": [],
-                "first_ts": line.get("ts"),
-                "last_ts": line.get("ts"),
-                "example": message,
-            },
+    """The templates of the returned lines, for a log source that reports none."""
+    read = [
+        LogLine(
+            ts=str(line.get("ts") or ""),
+            service=str(line.get("service") or ""),
+            level=str(line.get("level") or ""),
+            message=untruncated(str(line.get("message", ""))),
         )
-        entry["count"] += 1
-        if line.get("service") not in entry["services"]:
-            entry["services"].append(line.get("service"))
-        ts = str(line.get("ts") or "")
-        entry["first_ts"] = min(entry["first_ts"] or ts, ts)
-        entry["last_ts"] = max(entry["last_ts"] or ts, ts)
-    return list(groups.values())
+        for line in lines
+        if isinstance(line, dict)
+    ]
+    return [{**asdict(t), "services": list(t.services)} for t in group_templates(read)]
 
 
 def knowledge_passages(conv: Conversation, focus: AbstractSet[str], *, minimum: int = 3) -> list[Passage]:
