@@ -23,7 +23,7 @@ from harness.llm.offline import OfflineAnalyst
 from harness.llm.openai_compat import OpenAICompatibleModel, OpenAIConfig
 from harness.ports import RunbookSource
 from knowledge.embeddings import Embedder, embedder_from_config
-from knowledge.logs import DatabaseLogSource
+from knowledge.logs.source import DatabaseLogSource
 from knowledge.retrieval import RetrievalConfig
 from knowledge.runbooks import DatabaseRunbooks
 from knowledge.search import DatabaseKnowledgeSearch

@@ -1,6 +1,6 @@
 """Log levels and message templates, defined once for every log source and for the analyst.
 
-The database log source (:mod:`knowledge.logs`), the in-memory one
+The database log source (:mod:`knowledge.logs.source`), the in-memory one
 (:class:`harness.inmemory.InMemoryLogs`), the ``query_logs`` tool and the offline analyst all
 speak of the same levels and group lines into the same templates, so that a diagnosis reads the
 same whichever source answers it:

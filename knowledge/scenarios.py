@@ -42,7 +42,9 @@ from knowledge import services
 from knowledge.embeddings import Embedder
 from knowledge.extract import TYPES
 from knowledge.fixtures import FixtureError, merge, read_tables, write_tables
-from knowledge.logs import UNKNOWN_SERVICE, DatabaseLogSource, ingest, log_files
+from knowledge.logs.ingest import ingest, log_files
+from knowledge.logs.parsing import UNKNOWN_SERVICE
+from knowledge.logs.source import DatabaseLogSource
 from knowledge.models import Chunk, Document, LogEntry, Runbook
 from knowledge.runbooks import RUNBOOK_DIR, DatabaseRunbooks, load_runbooks
 from knowledge.search import DatabaseKnowledgeSearch

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.logs import LEVEL_ALIASES, LEVELS, canonical_level, level_rank
-from knowledge.logs import (
+from knowledge.logs.parsing import (
     MAX_LINE_BYTES,
     MAX_MESSAGE_CHARS,
     LineError,

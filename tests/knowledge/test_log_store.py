@@ -28,7 +28,8 @@ from harness.llm.offline import OfflineAnalyst
 from harness.logs import log_template
 from harness.ports import LogLine, LogQuery, LogResult
 from harness.tools.evidence import query_logs_tool
-from knowledge.logs import DatabaseLogSource, ingest
+from knowledge.logs.ingest import ingest
+from knowledge.logs.source import DatabaseLogSource
 from knowledge.models import LogEntry, LogLevel
 
 pytestmark = pytest.mark.usefixtures("service")
