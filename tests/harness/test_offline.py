@@ -432,8 +432,8 @@ def test_recommendations_are_instructions_not_descriptions(sentence: str, chines
 
 
 def test_the_incident_window_describes_a_pattern_and_all_time_says_when_it_began() -> None:
-    from harness.llm.offline.analyst import log_patterns
     from harness.llm.offline.conversation import Conversation, Observation
+    from harness.llm.offline.evidence import log_patterns
 
     def _conversation(*observations: Observation) -> Conversation:
         return Conversation("q", None, "", {}, list(observations))
