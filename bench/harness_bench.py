@@ -30,10 +30,10 @@ from harness.application import ChatApplication, ChatRequest
 from harness.audit import Audit
 from harness.context import SYSTEM_CLOCK, RunContext
 from harness.examples import payment_incident
+from harness.inmemory import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
 from harness.llm.base import Models, ToolCall
 from harness.llm.offline import OfflineAnalyst
 from harness.ports import KnowledgeResult, LogQuery, LogResult, SqlResult
-from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
 from harness.tools.boundary import ToolBoundary
 from harness.tools.evidence import lookup_knowledge_tool, query_logs_tool, query_mysql_tool
 from harness.tools.projection import dumps_json

@@ -21,15 +21,15 @@ from chat.redis_store import RedisCancelSignal, RedisInvocationStore
 from harness.application import ChatApplication, ChatRequest, HarnessSettings
 from harness.audit import AuditSinks
 from harness.context import Budgets
+from harness.inmemory import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
 from harness.llm.base import ChatModel, Models
 from harness.llm.offline import OfflineAnalyst
 from harness.llm.openai_compat import OpenAICompatibleModel, OpenAIConfig
 from harness.ports import InvocationStatus, RunbookSource
-from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
 from harness.tools.evidence import lookup_knowledge_tool, query_logs_tool, query_mysql_tool
 from harness.tools.spec import ToolSpec
 from knowledge.backends import knowledge_search
-from knowledge.logs import DatabaseLogSource
+from knowledge.logs.source import DatabaseLogSource
 from knowledge.runbooks import DatabaseRunbooks
 from knowledge.scenarios import Executed, ScenarioEvidence, ScenarioExecutor
 from knowledge.search import DatabaseKnowledgeSearch

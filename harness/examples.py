@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from harness.inmemory import InMemoryKnowledge, InMemoryLogs, InMemoryRunbooks, SqliteSqlSource
 from harness.ports import KnowledgeChunk, LogLine, Runbook
-from harness.testing import InMemoryKnowledge, InMemoryLogs, InMemoryRunbooks, SqliteSqlSource
 from harness.tools.evidence import lookup_knowledge_tool, query_logs_tool, query_mysql_tool
 from harness.tools.spec import ToolSpec
 
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     from harness.application import ChatApplication, ChatRequest
-    from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore
+    from harness.inmemory import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore
 
     incident = payment_incident()
     parser = argparse.ArgumentParser(description="Diagnose the bundled example incident.")

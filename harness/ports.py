@@ -1,7 +1,7 @@
 """The ports: everything the harness needs from the outside world, as small Protocols.
 
 The Django service implements them with the ORM, Redis and django-eventstream;
-``harness.testing`` implements them in memory. Nothing in ``harness/`` imports an adapter.
+``harness.inmemory`` implements them in memory. Nothing in ``harness/`` imports an adapter.
 """
 
 from __future__ import annotations
@@ -90,28 +90,6 @@ class LogTemplate:
     first_ts: str
     last_ts: str
     example: str
-
-
-_SEVERE = ("ERROR", "FATAL")
-
-
-def keep_templates(ranked: Sequence[LogTemplate], keep: int) -> tuple[LogTemplate, ...]:
-    """The ``keep`` most frequent of ``ranked`` (most frequent first), except that up to a third of
-    the slots go to rarer ERROR and FATAL templates, in place of the least frequent milder ones of
-    the lower half: a process that dies logs its FATAL once, while the proxy in front of it logs
-    every failed request."""
-    kept = list(ranked[:keep])
-    severe = sorted(
-        (t for t in ranked[keep:] if t.level in _SEVERE),
-        key=lambda t: (-_SEVERE.index(t.level), -t.count),
-    )
-    milder = [t for t in reversed(kept[keep // 2 :]) if t.level not in _SEVERE]
-    swap = min(len(severe), len(milder), keep // 3)
-    if not swap:
-        return tuple(kept)
-    dropped = {id(t) for t in milder[:swap]}
-    chosen = [t for t in kept if id(t) not in dropped] + severe[:swap]
-    return tuple(sorted(chosen, key=lambda t: (-t.count, t.first_ts)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
-"""Small text tools shared by the offline provider and the in-memory adapters.
+"""Tokenisation shared by the offline provider, the in-memory adapters and the knowledge index.
 
-Tokenisation that works for English and Chinese (CJK runs become character bigrams), and log
-message templates (variable parts masked as ``<*>``).
+It works for English and Chinese alike: words and identifier parts, CJK runs as character
+bigrams, and the stopwords of both languages. (Log message templates are :mod:`harness.logs`.)
 """
 
 from __future__ import annotations
@@ -183,25 +183,3 @@ def content_tokens(text: str) -> set[str]:
 
 def has_cjk(text: str) -> bool:
     return _CJK_RUN.search(text) is not None
-
-
-_MASKS = [
-    re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I),
-    re.compile(r"\b\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:z|[+-]\d{2}:?\d{2})?\b", re.I),
-    re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"),
-    re.compile(r"\b0x[0-9a-f]+\b", re.I),
-    # hex ids and mixed letter-digit tokens (request ids, hashes, pod suffixes)
-    re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{6,}\b", re.I),
-    re.compile(r"\b(?=[a-z]*\d)(?=\d*[a-z])[a-z0-9]{8,}\b", re.I),
-    # prefixed ids: acc_77568041, bk_b67xulzdvp, pk_live_7f3c (a digit somewhere; max_connections stays)
-    re.compile(r"\b[a-z]{1,8}_(?=[a-z0-9_]*\d)[a-z0-9_]{4,}\b", re.I),
-    re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:ms|s|m|h|kb|mb|gb|%)?(?!\w)", re.I),
-]
-
-
-def log_template(message: str) -> str:
-    """The message with its variable parts (ids, numbers, addresses, timestamps) as ``<*>``."""
-    template = message
-    for mask in _MASKS:
-        template = mask.sub("<*>", template)
-    return re.sub(r"(?:<\*>[\s,/:]*){2,}", "<*> ", template).strip()

@@ -2,7 +2,8 @@
 a question with BM25.
 
 A runbook file is Markdown whose first heading ``# Title`` names it; everything after that line
-is its body: a "When to use" paragraph (symptoms, log patterns, a line of Chinese keywords) and
+is its body: a "When to use" paragraph (symptoms, log patterns), a line of Chinese keywords
+(``关键词: …``) and
 the sections ``## Workflow``, ``## Required evidence``, ``## Stop conditions`` and ``## Report
 rules``. The files under ``knowledge/runbooks/`` ship with the service; :func:`load_runbooks`
 (``python manage.py load_runbooks``) upserts them into :class:`knowledge.models.Runbook`, where
@@ -10,10 +11,13 @@ staff can edit or disable them in the admin. The files win: loading again overwr
 made in the admin to a runbook whose file changed.
 
 :class:`DatabaseRunbooks` is the service's :class:`harness.ports.RunbookSource`. It ranks the
-enabled runbooks against the question with BM25 over title and body, tokenised the way the rest
-of the harness reads text (English words and identifier parts, CJK bigrams, the bilingual
-glossary, light stemming), so "支付超时" finds the same procedures as "payments timing out".
-It notices edits without a restart.
+enabled runbooks against the question with BM25 over title and body, read with the knowledge
+side's own terms (:func:`knowledge.lexical.terms`: stemmed English words and identifier parts,
+CJK bigrams), whatever model the service runs. Chinese questions meet English runbooks two ways:
+by the bigrams of the runbook's own Chinese keywords, and by :data:`knowledge.lexical.EQUIVALENTS`,
+which gives both the question and the runbook the English terms of the Chinese words they
+contain, so "支付超时" finds the same procedures as "payments timing out". It notices edits
+without a restart.
 """
 
 from __future__ import annotations
@@ -37,8 +41,7 @@ from django.db.models import Count, Max, Q
 from django.utils.text import slugify
 
 from harness import ports
-from harness.llm.offline.lexicon import GLOSSARY, stem
-from harness.text import STOPWORDS, tokens
+from knowledge.lexical import equivalent_terms, terms
 from knowledge.models import Runbook
 
 __all__ = [
@@ -214,31 +217,16 @@ def load_runbooks(directory: str | Path = RUNBOOK_DIR) -> LoadReport:
 # --- matching ------------------------------------------------------------------------------
 
 
-def _normalise(token: str) -> str:
-    """The lexicon's stemmer, plus the two plural and silent-e cases it leaves apart
-    (retries/retry, certificates/certificate)."""
-    if not token.isascii():
-        return token
-    if len(token) > 4 and token.endswith("ies"):
-        token = token[:-3] + "y"
-    stemmed = stem(token)
-    return stemmed[:-1] if len(stemmed) > 4 and stemmed.endswith("e") else stemmed
-
-
 def index_terms(text: str) -> list[str]:
     """The terms BM25 sees for a text, repeated as often as they occur.
 
-    :func:`harness.text.tokens` (words, identifier parts such as ``hikari`` and ``pool`` from
-    ``HikariPool``, CJK character bigrams) without stopwords, numbers and single letters,
-    stemmed; then, for every Chinese glossary word in the text, its English terms, so a Chinese
-    question meets the English log patterns of a runbook.
+    :func:`knowledge.lexical.terms` (stemmed words, identifier parts such as ``hikari`` and
+    ``pool`` from ``HikariPool``, CJK character bigrams) without numbers and single letters — in
+    a question they are times and counts, not topics; then the English terms of the words and
+    phrasings of :data:`knowledge.lexical.EQUIVALENTS` in the text, so a Chinese question meets
+    the English log patterns of a runbook.
     """
-    out = [_normalise(t) for t in tokens(text) if len(t) > 1 and not t.isdigit() and t not in STOPWORDS]
-    for chinese, english in GLOSSARY.items():
-        occurrences = text.count(chinese)
-        if occurrences:
-            out.extend(_normalise(term.lower()) for term in english for _ in range(occurrences))
-    return out
+    return [t for t in terms(text) if len(t) > 1 and not t.isdigit()] + equivalent_terms(text)
 
 
 #: (row count, enabled count, latest updated_at): changes whenever a runbook is added, removed,

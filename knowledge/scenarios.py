@@ -38,7 +38,8 @@ from knowledge import services
 from knowledge.embeddings import Embedder
 from knowledge.extract import TYPES
 from knowledge.fixtures import FixtureError, merge, read_tables, write_tables
-from knowledge.logs import UNKNOWN_SERVICE, ingest, log_files
+from knowledge.logs.ingest import ingest, log_files
+from knowledge.logs.parsing import UNKNOWN_SERVICE
 from knowledge.models import Chunk, Document, LogEntry, Runbook
 from knowledge.runbooks import RUNBOOK_DIR, load_runbooks
 

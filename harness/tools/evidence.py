@@ -9,19 +9,17 @@ module of its own, plus one line in the wiring.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
+from harness.logs import LEVEL_ALIASES, Level
 from harness.ports import KnowledgeSearch, LogQuery, LogSource, SqlRefused, SqlSource
 from harness.tools.spec import CitationFields, ToolArguments, ToolOutput, ToolRefused, ToolSpec
 
 LOOKUP_KNOWLEDGE = "lookup_knowledge"
 QUERY_LOGS = "query_logs"
 QUERY_MYSQL = "query_mysql"
-
-LEVELS = ("DEBUG", "INFO", "WARN", "ERROR", "FATAL")
-_LEVEL_ALIASES = {"WARNING": "WARN", "ERR": "ERROR", "CRITICAL": "FATAL", "TRACE": "DEBUG"}
 
 
 class LookupKnowledgeArgs(ToolArguments):
@@ -36,7 +34,7 @@ class QueryLogsArgs(ToolArguments):
     ] = ""
     service: Annotated[str | None, Field(max_length=100, description="Only this service.")] = None
     level: Annotated[
-        Literal["DEBUG", "INFO", "WARN", "ERROR", "FATAL"] | None,
+        Level | None,
         Field(description="Minimum severity, e.g. WARN returns WARN, ERROR and FATAL."),
     ] = None
     start: Annotated[datetime | None, Field(description="ISO-8601 start of the time range.")] = None
@@ -48,7 +46,7 @@ class QueryLogsArgs(ToolArguments):
     def _normalise_level(cls, value: Any) -> Any:
         if isinstance(value, str):
             upper = value.strip().upper()
-            return _LEVEL_ALIASES.get(upper, upper)
+            return LEVEL_ALIASES.get(upper, upper)
         return value
 
     @field_validator("start", "end", mode="after")

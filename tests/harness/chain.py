@@ -11,11 +11,11 @@ from typing import Any
 from harness.application import ChatApplication, ChatRequest, HarnessSettings
 from harness.context import Budgets
 from harness.examples import Incident, payment_incident
+from harness.inmemory import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
 from harness.llm.base import ChatModel, ModelRequest, Models
 from harness.llm.scripted import ScriptedModel, Step, json_message, respond, tool_results
 from harness.ports import CancelSignal
 from harness.release import RunResult
-from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
 from harness.tools.spec import ToolSpec
 
 POOL_LINE = "Connection is not available, request timed out after 30000ms"

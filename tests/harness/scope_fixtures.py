@@ -11,6 +11,13 @@ from typing import Any
 from harness.audit import Audit
 from harness.context import Budgets, RunContext
 from harness.examples import payment_incident
+from harness.inmemory import (
+    InMemoryAudit,
+    InMemoryInvocationStore,
+    InMemoryKnowledge,
+    InMemoryLogs,
+    RecordingObserver,
+)
 from harness.llm.base import ChatModel, ModelRequest, Models
 from harness.llm.call import ModelCaller
 from harness.llm.scripted import ScriptedModel, Step, respond, tool_results
@@ -24,13 +31,6 @@ from harness.ports import (
     SqlSource,
 )
 from harness.scope import RunScope
-from harness.testing import (
-    InMemoryAudit,
-    InMemoryInvocationStore,
-    InMemoryKnowledge,
-    InMemoryLogs,
-    RecordingObserver,
-)
 from harness.tools.boundary import ToolBoundary
 from harness.tools.evidence import lookup_knowledge_tool, query_logs_tool, query_mysql_tool
 from harness.tools.spec import ToolSpec

@@ -12,6 +12,7 @@ import pytest
 
 from harness.agent import AgentSettings, DiagnosisAgent
 from harness.context import Budgets
+from harness.inmemory import InMemoryLogs
 from harness.llm.base import Message, ModelRequest, ModelResponse, Purpose, TokenUsage, ToolCall
 from harness.llm.scripted import (
     Step,
@@ -24,7 +25,6 @@ from harness.llm.scripted import (
 from harness.memory import PreviousTurn
 from harness.ports import InvocationStatus, LogQuery, LogResult, Runbook
 from harness.prompts import FINAL_STEP
-from harness.testing import InMemoryLogs
 from tests.harness.scope_fixtures import (
     LOG_LINES,
     POOL_ERROR,

@@ -14,11 +14,12 @@ from harness.application import ChatRequest, InvalidQuestion, RunNotClaimed
 from harness.context import Budgets, CancelReason, Outcome, RunStatus
 from harness.errors import ModelTimeout
 from harness.examples import INJECTION, payment_incident
+from harness.inmemory import RecordingObserver
 from harness.llm.base import ModelRequest
 from harness.llm.offline import OfflineAnalyst
 from harness.llm.scripted import Step, assistant_message, json_message, raise_error, respond, tool_call, tool_calls
 from harness.ports import Stage
-from harness.testing import ManualCancelSignal, RecordingObserver
+from harness.testing import ManualCancelSignal
 from harness.tools.spec import CitationFields, ToolArguments, ToolOutput, ToolSpec
 from tests.harness.chain import PASS, POOL_LINE, FakeClock, build_chain, cite, draft, route
 

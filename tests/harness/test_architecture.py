@@ -1,4 +1,5 @@
-"""harness/ is plain Python: no Django, Celery, DRF, Redis or django-eventstream inside it."""
+"""harness/ is plain Python: no Django, Celery, DRF, Redis or django-eventstream inside it; and no
+production code leans on the helpers that only tests use."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import harness
 
 FORBIDDEN = ("django", "celery", "rest_framework", "redis", "django_eventstream", "kombu", "drf_spectacular")
 HARNESS = Path(harness.__file__).parent
+#: The packages that run in the service, the evaluator and the benchmarks.
+PRODUCTION = ("harness", "chat", "traces", "knowledge", "config", "bench")
 
 
 def _imports(path: Path) -> list[str]:
@@ -57,3 +60,30 @@ def test_importing_every_harness_module_loads_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=HARNESS.parent)
     assert json.loads(out.stdout) == []
+
+
+def imported_modules(path: Path) -> set[str]:
+    """What ``_imports`` finds, plus ``package.name`` for ``from package import name``."""
+    names = set(_imports(path))
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_production_code_never_imports_the_test_helpers() -> None:
+    root = HARNESS.parent
+    offenders = sorted(
+        str(path.relative_to(root))
+        for package in PRODUCTION
+        for path in (root / package).rglob("*.py")
+        if "harness.testing" in imported_modules(path)
+    )
+    assert offenders == [], "production code uses harness.inmemory, never harness.testing"
+
+
+def test_the_test_helper_scan_sees_both_import_forms(tmp_path: Path) -> None:
+    for text in ("from harness.testing import ManualCancelSignal\n", "from harness import testing\n"):
+        sample = tmp_path / "sample.py"
+        sample.write_text(text)
+        assert "harness.testing" in imported_modules(sample)

@@ -10,8 +10,8 @@ import pytest
 from harness.draft import Draft, parse_draft
 from harness.examples import INJECTION
 from harness.guards.evidence import EvidenceCheck, EvidenceGuard
+from harness.inmemory import InMemoryInvocationStore
 from harness.ports import CanonicalInvocation, InvocationStatus, LogLine
-from harness.testing import InMemoryInvocationStore
 from tests.harness.scope_fixtures import (
     CHUNKS,
     CITATIONS,

@@ -19,13 +19,13 @@ from harness.executors import (
 from harness.guards.evidence import EvidenceGuard
 from harness.guards.repair import EvidenceRepair
 from harness.guards.semantic import SemanticGuard
+from harness.inmemory import InMemoryKnowledge, InMemoryRunbooks
 from harness.llm.base import Message, ModelRequest, ModelResponse, ModelRole, Purpose
 from harness.llm.scripted import Step, assistant_message, json_message, raise_error, respond, tool_calls
 from harness.memory import PreviousTurn, PublishedResultPolicy
 from harness.ports import KnowledgeResult, Runbook
 from harness.prompts import KNOWLEDGE_ANSWER, SYSTEM_CHAT
 from harness.release import ContentType, FallbackReason, Release, ReleasePolicy
-from harness.testing import InMemoryKnowledge, InMemoryRunbooks
 from tests.harness.scope_fixtures import (
     CHUNKS,
     CITATIONS,

@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 
 from harness.examples import INJECTION, payment_incident
+from harness.inmemory import InMemoryKnowledge, InMemoryLogs
 from harness.llm.offline import OfflineAnalyst
 from harness.llm.openai_compat import OpenAICompatibleModel, OpenAIConfig
 from harness.llm.scripted import respond, tool_call
 from harness.ports import KnowledgeChunk, LogLine
-from harness.testing import InMemoryKnowledge, InMemoryLogs
 from tests.harness.chain import PASS, build_chain, cite, draft, route
 from tests.openai_stub import OpenAIStub, StubReply, completion
 

@@ -16,11 +16,7 @@ import pytest
 
 from harness.application import ChatApplication, ChatRequest
 from harness.examples import INJECTION, Incident, payment_incident
-from harness.llm.base import Models
-from harness.llm.offline import OfflineAnalyst
-from harness.ports import KnowledgeChunk, LogLine, Runbook
-from harness.release import RunResult
-from harness.testing import (
+from harness.inmemory import (
     InMemoryAudit,
     InMemoryInvocationStore,
     InMemoryKnowledge,
@@ -30,6 +26,10 @@ from harness.testing import (
     RecordingObserver,
     SqliteSqlSource,
 )
+from harness.llm.base import Models
+from harness.llm.offline import OfflineAnalyst
+from harness.ports import KnowledgeChunk, LogLine, Runbook
+from harness.release import RunResult
 from tests.harness.scope_fixtures import tools_over
 
 ENGLISH = "Payments are timing out since about 10:00 UTC — what is going on?"
@@ -431,8 +431,8 @@ def test_recommendations_are_instructions_not_descriptions(sentence: str, chines
 
 
 def test_the_incident_window_describes_a_pattern_and_all_time_says_when_it_began() -> None:
-    from harness.llm.offline.analyst import log_patterns
     from harness.llm.offline.conversation import Conversation, Observation
+    from harness.llm.offline.evidence import log_patterns
 
     def _conversation(*observations: Observation) -> Conversation:
         return Conversation("q", None, "", {}, list(observations))

@@ -7,17 +7,11 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
-from harness.llm.offline.analyst import (
-    ChangeRow,
-    Pattern,
-    _blamed_services,
-    _Evidence,
-    _followed_by,
-    _reports_elsewhere,
-)
+from harness.inmemory import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
+from harness.llm.offline.evidence import ChangeRow, Pattern
+from harness.llm.offline.reasoning import Evidence, _blamed_services, _followed_by, _reports_elsewhere
+from harness.logs import log_template
 from harness.ports import KnowledgeChunk, LogLine
-from harness.testing import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
-from harness.text import log_template
 from tests.harness.test_offline import assert_verified_diagnosis, diagnose
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -141,7 +135,7 @@ def test_a_change_is_credited_with_what_begins_after_it_and_before_the_next() ->
     patterns = [began(122), began(123), began(140), Pattern("chronic", 90, "WARN", ("svc",), at(0), at(179), "x", "c")]
     early, late = _row(110, "svc 1.0"), _row(121, "dns 2.0")
     symptom = patterns[0]
-    ev = _Evidence(patterns, 0, symptom, [early, late], set(), frozenset())
+    ev = Evidence(patterns, 0, symptom, [early, late], set(), frozenset())
 
     assert _followed_by(late, ev) == 2  # 10:02 and 10:03; 10:20 is more than 15 min after it
     assert _followed_by(early, ev) == 0  # the next change came before the errors did

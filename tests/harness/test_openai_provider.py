@@ -22,6 +22,7 @@ from harness.errors import (
     ModelTimeout,
     ModelUnavailable,
 )
+from harness.inmemory import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
 from harness.llm.base import (
     Message,
     ModelRequest,
@@ -33,7 +34,6 @@ from harness.llm.base import (
     ToolDefinition,
 )
 from harness.llm.openai_compat import OpenAICompatibleModel, OpenAIConfig
-from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
 from tests.openai_stub import OpenAIStub, StubReply, completion
 
 API_KEY = "sk-test-7f3a9c1e5b2d4680"

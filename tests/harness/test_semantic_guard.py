@@ -12,11 +12,11 @@ from harness.draft import Draft, parse_draft
 from harness.errors import ModelRefused, ModelTimeout
 from harness.guards.evidence import EvidenceCheck, EvidenceGuard
 from harness.guards.semantic import SemanticGuard, Verdict, parse_verdict, review_payload
+from harness.inmemory import InMemoryInvocationStore
 from harness.llm.base import ModelRole, Purpose
 from harness.llm.offline.reviewer import review
 from harness.llm.scripted import Step, assistant_message, json_message, raise_error, tool_call
 from harness.prompts import SEMANTIC_GUARD
-from harness.testing import InMemoryInvocationStore
 from tests.harness.scope_fixtures import (
     CITATIONS,
     LOG_LINES,

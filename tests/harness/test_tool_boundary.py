@@ -17,9 +17,9 @@ from pydantic import Field
 from harness.audit import Audit
 from harness.context import SYSTEM_CLOCK, Budgets, CancelReason, RunContext
 from harness.errors import BudgetExhausted, DeadlineExceeded, RunCancelled
+from harness.inmemory import InMemoryAudit, InMemoryInvocationStore, InMemoryLogs, SqliteSqlSource
 from harness.llm.base import ToolCall
 from harness.ports import InvocationStatus, LogLine
-from harness.testing import InMemoryAudit, InMemoryInvocationStore, InMemoryLogs, SqliteSqlSource
 from harness.tools.boundary import ToolBoundary, ToolObservation
 from harness.tools.evidence import lookup_knowledge_tool, query_logs_tool, query_mysql_tool
 from harness.tools.spec import ToolArgumentError, ToolArguments, ToolOutput, ToolRefused, ToolSpec

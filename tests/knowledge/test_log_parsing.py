@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowledge.logs import (
+from harness.logs import LEVEL_ALIASES, LEVELS, canonical_level, level_rank
+from knowledge.logs.parsing import (
     MAX_LINE_BYTES,
     MAX_MESSAGE_CHARS,
     LineError,
@@ -21,6 +22,7 @@ from knowledge.logs import (
     parse_file,
     parse_line,
 )
+from knowledge.models import LogLevel
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 T = datetime(2026, 11, 30, 10, 2, tzinfo=UTC)
@@ -221,6 +223,12 @@ def test_json_lines(record: dict[str, Any], expected: tuple[Any, ...]) -> None:
 )
 def test_levels_are_normalised(word: object, level: str | None) -> None:
     assert normalise_level(word) == level
+
+
+def test_the_parser_and_the_log_table_agree_with_the_harness_levels() -> None:
+    for word in (*LEVELS, *LEVEL_ALIASES):
+        assert normalise_level(word.lower()) == canonical_level(word), word
+    assert [(level.name, level.value) for level in LogLevel] == [(name, level_rank(name)) for name in LEVELS]
 
 
 def test_a_capitalised_first_word_is_message_not_level() -> None:

@@ -16,19 +16,20 @@ from django.core.management import CommandError, call_command
 
 from harness.application import ChatApplication, ChatRequest
 from harness.examples import INJECTION, payment_incident
-from harness.llm.base import Models
-from harness.llm.offline import OfflineAnalyst
-from harness.ports import LogLine, LogQuery, LogResult
-from harness.testing import (
+from harness.inmemory import (
     InMemoryAudit,
     InMemoryInvocationStore,
     InMemoryLogs,
     InMemoryRunStore,
     RecordingObserver,
 )
-from harness.text import log_template
+from harness.llm.base import Models
+from harness.llm.offline import OfflineAnalyst
+from harness.logs import log_template
+from harness.ports import LogLine, LogQuery, LogResult
 from harness.tools.evidence import query_logs_tool
-from knowledge.logs import DatabaseLogSource, ingest
+from knowledge.logs.ingest import ingest
+from knowledge.logs.source import DatabaseLogSource
 from knowledge.models import LogEntry, LogLevel
 from tests.harness.scope_fixtures import tools_over
 

@@ -26,6 +26,7 @@ from knowledge.runbooks import (
     DatabaseRunbooks,
     LoadReport,
     RunbookRejected,
+    index_terms,
     load_runbooks,
     missing_sections,
     parse_runbook,
@@ -255,6 +256,12 @@ MATCHING = [
     ("RejectedExecutionException, thread pool exhausted, all requests slow", "worker-pool-saturation"),
     ("线程池满了，请求排队", "worker-pool-saturation"),
 ]
+
+
+def test_a_question_is_read_with_the_english_terms_of_its_chinese_words_and_phrasings() -> None:
+    assert {"支付", "超时", "payment", "pay", "timeout"} <= set(index_terms("支付超时"))
+    assert {"payment", "timeout"} <= set(index_terms("Payments are timing out"))
+    assert index_terms("since 10:00, a b") == ["sinc"], "numbers and single letters are not topics"
 
 
 @pytest.mark.parametrize(("question", "expected"), MATCHING)

@@ -22,7 +22,7 @@ from django.core.management import CommandError, call_command
 
 from knowledge.embeddings import Vectors, normalise
 from knowledge.fixtures import merge, read_tables
-from knowledge.logs import log_files
+from knowledge.logs.ingest import log_files
 from knowledge.management.commands import seed_demo
 from knowledge.models import Chunk, Document, DocumentStatus, LogEntry, Runbook
 from knowledge.runbooks import RUNBOOK_DIR

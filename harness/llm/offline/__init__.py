@@ -4,6 +4,11 @@ It plays every role the harness asks for — router, small talk, knowledge answe
 agent (with repairs) and semantic reviewer — by reading the conversation and the tool results,
 the way a careful engineer would. It is the embedded default, so the demo and the tests run
 anywhere; a real model is configured with the OpenAI-compatible provider.
+
+As the diagnosis agent it reads the evidence (:mod:`~harness.llm.offline.evidence`), weighs it
+(:mod:`~harness.llm.offline.reasoning`), plans the next tool calls
+(:mod:`~harness.llm.offline.planning`) and writes the draft (:mod:`~harness.llm.offline.writing`),
+with the vocabulary of :mod:`~harness.llm.offline.lexicon`.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import json
 
 from harness.llm.base import ModelRequest, ModelResponse, Purpose, TokenUsage, ToolCall
-from harness.llm.offline import analyst, chat, reviewer
+from harness.llm.offline import chat, planning, reviewer, writing
 from harness.llm.offline.conversation import loads, read
 from harness.llm.offline.router import classify
 
@@ -51,16 +56,16 @@ class OfflineAnalyst:
             case Purpose.SEMANTIC_REVIEW:
                 return reviewer.review(last_user), ()
             case Purpose.EVIDENCE_REPAIR:
-                return json.dumps(analyst.repair_draft(read(request), last_user), ensure_ascii=False), ()
+                return json.dumps(writing.repair_draft(read(request), last_user), ensure_ascii=False), ()
             case Purpose.FORMAT_REPAIR:
-                return json.dumps(analyst.write_draft(read(request)), ensure_ascii=False), ()
+                return json.dumps(writing.write_draft(read(request)), ensure_ascii=False), ()
             case _:
                 conv = read(request)
-                steps = analyst.plan(conv) if request.tools else []
+                steps = planning.plan(conv) if request.tools else []
                 if steps:
                     calls = tuple(
                         ToolCall(f"offline_{i}", name, json.dumps(args, ensure_ascii=False))
                         for i, (name, args) in enumerate(steps)
                     )
                     return None, calls
-                return json.dumps(analyst.write_draft(conv), ensure_ascii=False), ()
+                return json.dumps(writing.write_draft(conv), ensure_ascii=False), ()

@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from knowledge.logs import LOG_SUFFIXES, UNKNOWN_SERVICE, format_report, ingest, log_files
+from knowledge.logs.ingest import LOG_SUFFIXES, format_report, ingest, log_files
+from knowledge.logs.parsing import UNKNOWN_SERVICE
 
 
 class Command(BaseCommand):

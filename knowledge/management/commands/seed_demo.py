@@ -16,7 +16,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from knowledge.fixtures import FixtureError, merge, read_tables, write_tables
-from knowledge.logs import UNKNOWN_SERVICE, ingest, log_files
+from knowledge.logs.ingest import ingest, log_files
+from knowledge.logs.parsing import UNKNOWN_SERVICE
 from knowledge.runbooks import load_runbooks
 from knowledge.scenarios import SHIPPED_RUNBOOKS, load_documents
 

@@ -1,19 +1,12 @@
-"""Application logs: parsing log files, storing their lines, and the ``query_logs`` backend.
+"""Parsing log files: one :class:`ParsedLine` per entry, or a :class:`LineError` per bad line.
 
-Three parts, each usable on its own:
-
-- **Parsing** (:func:`parse_line`, :func:`parse_file`). JSON lines with the usual field names, and
-  the common plain-text formats: ISO-8601 first (``2026-11-30T10:02:00Z ERROR payment-service …``,
-  ``2026-11-30 10:02:00,123 [payment-service] ERROR …``), Monolog (``[2026-11-30 10:02:00]
-  payment-service.ERROR: …``), syslog (RFC 3164 ``Nov 30 10:02:00 host service[123]: …`` and RFC
-  5424) and logfmt (``ts=… level=… service=… msg="…"``). Levels are normalised to
-  DEBUG/INFO/WARN/ERROR/FATAL and timestamps to aware UTC. A line that cannot be parsed is a
-  :class:`LineError`, never an exception.
-- **Ingestion** (:func:`ingest`, and ``manage.py ingest_logs``): bulk inserts of
-  :class:`~knowledge.models.LogEntry` rows in batches, with a progress bar.
-- **Querying** (:class:`DatabaseLogSource`): the :class:`~harness.ports.LogSource` the agent's
-  ``query_logs`` tool reads, with the semantics of :class:`harness.testing.InMemoryLogs`, and
-  message templates mined with drain3.
+JSON lines with the usual field names, and the common plain-text formats: ISO-8601 first
+(``2026-11-30T10:02:00Z ERROR payment-service …``, ``2026-11-30 10:02:00,123 [payment-service]
+ERROR …``), Monolog (``[2026-11-30 10:02:00] payment-service.ERROR: …``), syslog (RFC 3164
+``Nov 30 10:02:00 host service[123]: …`` and RFC 5424) and logfmt (``ts=… level=… service=…
+msg="…"``). Levels are normalised to the names of :mod:`harness.logs` and timestamps to aware
+UTC. Lines that continue an entry (stack traces) are folded into it. A line that cannot be
+parsed is a :class:`LineError`, never an exception.
 """
 
 from __future__ import annotations
@@ -22,47 +15,32 @@ import contextlib
 import gzip
 import io
 import json
-import logging
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
-from django.db import close_old_connections, connection
-from django.db.models import Case, Count, IntegerField, Max, Min, Q, QuerySet, Value, When
-from drain3 import TemplateMiner  # type: ignore[import-untyped]
-from drain3.template_miner_config import TemplateMinerConfig  # type: ignore[import-untyped]
-from tqdm import tqdm  # type: ignore[import-untyped]
-
-from harness.ports import LogLine, LogQuery, LogResult, LogTemplate, keep_templates
-from harness.text import log_template
+from harness.logs import LEVEL_ALIASES, LEVELS
 from knowledge.models import LogEntry
 
-logger = logging.getLogger(__name__)
-# drain3 announces every new miner at INFO; a fresh miner per query would flood the service log.
-logging.getLogger("drain3.template_miner").setLevel(logging.WARNING)
-
 __all__ = [
-    "LEVELS",
+    "MAX_LINE_BYTES",
+    "MAX_MESSAGE_CHARS",
     "UNKNOWN_SERVICE",
-    "DatabaseLogSource",
-    "IngestReport",
     "LineError",
     "ParsedLine",
-    "format_report",
-    "ingest",
+    "Readable",
     "normalise_level",
+    "open_log",
     "parse_file",
     "parse_line",
+    "parse_stream",
 ]
 
-#: The stored levels, indexed by their :class:`~knowledge.models.LogLevel` value.
-LEVELS = ("DEBUG", "INFO", "WARN", "ERROR", "FATAL")
-_RANK = {name: rank for rank, name in enumerate(LEVELS)}
 #: The service of a line that names none, when the caller gives no default.
 UNKNOWN_SERVICE = "unknown"
 
@@ -71,16 +49,19 @@ MAX_LINE_BYTES = 256 * 1024
 #: Longer messages are cut to this many characters (the original length is kept in attributes).
 MAX_MESSAGE_CHARS = 16 * 1024
 _SERVICE_CHARS = LogEntry._meta.get_field("service").max_length or 100
-_SOURCE_CHARS = LogEntry._meta.get_field("source").max_length or 200
 _MIN_TS = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_TS = datetime(2999, 12, 31, 23, 59, 59, tzinfo=UTC)
 
+#: Level words as log files write them: the names and aliases every source knows
+#: (:mod:`harness.logs`), and what particular formats add (log4j and java.util.logging,
+#: syslog's severities, Python's ``information``…).
 _LEVEL_WORDS = {
-    **dict.fromkeys(("debug", "dbg", "trace", "verbose", "fine", "finer", "finest"), "DEBUG"),
-    **dict.fromkeys(("info", "information", "informational", "notice"), "INFO"),
-    **dict.fromkeys(("warn", "warning"), "WARN"),
-    **dict.fromkeys(("error", "err", "severe"), "ERROR"),
-    **dict.fromkeys(("fatal", "critical", "crit", "panic", "alert", "emerg", "emergency"), "FATAL"),
+    **{name.lower(): name for name in LEVELS},
+    **{alias.lower(): name for alias, name in LEVEL_ALIASES.items()},
+    **dict.fromkeys(("dbg", "verbose", "fine", "finer", "finest"), "DEBUG"),
+    **dict.fromkeys(("information", "informational", "notice"), "INFO"),
+    "severe": "ERROR",
+    **dict.fromkeys(("crit", "panic", "alert", "emerg", "emergency"), "FATAL"),
 }
 # syslog severities 0–7 (the PRI value modulo 8)
 _SYSLOG_SEVERITY = ("FATAL", "FATAL", "FATAL", "ERROR", "WARN", "INFO", "INFO", "DEBUG")
@@ -103,9 +84,6 @@ def normalise_level(value: object) -> str | None:
     if isinstance(value, int | float) and math.isfinite(value) and 10 <= value <= 60:
         return LEVELS[max(int(value) // 10 - 2, 0)]
     return None
-
-
-# --- parsing -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +133,8 @@ def parse_file(
     Blank lines are skipped. Lines that continue the previous entry (indented lines, ``Caused
     by:``, ``Traceback …``, ``… 12 more``, exception class lines) are folded into it.
     """
-    with _open(path) as stream:
-        yield from _parse_stream(stream, default_service=default_service, now=now, source=str(path))
+    with open_log(path) as stream:
+        yield from parse_stream(stream, default_service=default_service, now=now, source=str(path))
 
 
 def _parse(text: str, *, default_service: str, now: datetime | None) -> ParsedLine | str:
@@ -519,18 +497,21 @@ _CONTINUATION = re.compile(
 )
 
 
-def _open(path: str | Path) -> io.BufferedIOBase:
+def open_log(path: str | Path) -> io.BufferedIOBase:
+    """The file as a binary stream, decompressed when its name ends in ``.gz``."""
     path = Path(path)
     if path.suffix == ".gz":
         return gzip.open(path, "rb")
     return path.open("rb")
 
 
-class _Readable(Protocol):
+class Readable(Protocol):
+    """What :func:`parse_stream` reads from: a binary stream of lines."""
+
     def readline(self, limit: int = -1, /) -> bytes: ...
 
 
-def _raw_lines(stream: _Readable) -> Iterator[tuple[int, bytes | None]]:
+def _raw_lines(stream: Readable) -> Iterator[tuple[int, bytes | None]]:
     """(line number, bytes without the line ending), or ``None`` for a line too long to read."""
     number = 0
     while raw := stream.readline(MAX_LINE_BYTES + 1):
@@ -543,9 +524,11 @@ def _raw_lines(stream: _Readable) -> Iterator[tuple[int, bytes | None]]:
         yield number, raw.rstrip(b"\r\n")
 
 
-def _parse_stream(
-    stream: _Readable, *, default_service: str, now: datetime | None, source: str = ""
+def parse_stream(
+    stream: Readable, *, default_service: str, now: datetime | None, source: str = ""
 ) -> Iterator[ParsedLine | LineError]:
+    """:func:`parse_file` over an open stream (``source`` names it in the errors), for callers
+    that read the file themselves, such as an ingest that shows its progress."""
     now = now or datetime.now(UTC)
     pending: ParsedLine | None = None
     folded: list[str] = []
@@ -587,355 +570,3 @@ def _parse_stream(
 def _excerpt(text: str, limit: int = 120) -> str:
     text = "".join(ch if ch.isprintable() else "\ufffd" for ch in text[: limit + 1].strip())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-# --- ingestion -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class IngestReport:
-    """What an ingest did. ``read`` counts non-blank lines: ``stored + failed + continuation``."""
-
-    read: int
-    stored: int
-    failed: int
-    #: the first unparsable lines (at most 20)
-    errors: tuple[LineError, ...]
-    #: lines folded into the entry before them (stack traces)
-    continuation: int = 0
-    files: tuple[str, ...] = ()
-
-
-MAX_REPORTED_ERRORS = 20
-#: a batch is also written once the lines it came from reach this size (MySQL's packet limit)
-_MAX_BATCH_BYTES = 4_000_000
-
-
-class _ProgressReader:
-    """A binary stream whose ``readline`` counts the bytes read and advances a progress bar."""
-
-    def __init__(self, stream: _Readable, bar: Any) -> None:
-        self._stream = stream
-        self._bar = bar
-        self.bytes_read = 0
-
-    def readline(self, limit: int = -1, /) -> bytes:
-        data = self._stream.readline(limit)
-        self.bytes_read += len(data)
-        self._bar.update(len(data))
-        return data
-
-
-LOG_SUFFIXES = (".jsonl", ".json", ".log", ".txt", ".gz")
-
-
-def log_files(paths: Iterable[Path | str]) -> list[Path]:
-    """Files as given; a folder stands for the log files under it (by suffix, sorted)."""
-    out: list[Path] = []
-    for item in map(Path, paths):
-        if item.is_dir():
-            out.extend(sorted(p for p in item.rglob("*") if p.is_file() and p.suffix.lower() in LOG_SUFFIXES))
-        else:
-            out.append(item)
-    return out
-
-
-def ingest(
-    paths: Iterable[str | Path],
-    *,
-    default_service: str,
-    batch: int = 2000,
-    progress: bool = True,
-    replace_existing: bool = False,
-) -> IngestReport:
-    """Parse the files and store their entries as :class:`~knowledge.models.LogEntry` rows.
-
-    Rows are bulk-created ``batch`` at a time (each batch commits on its own, so an interrupted
-    ingest keeps what it stored). ``replace_existing`` first deletes the rows an earlier ingest
-    stored from the same file, so a file can be ingested again without duplicates. Raises
-    :class:`FileNotFoundError` before writing anything if a path is not a file.
-    """
-    files = [Path(p) for p in paths]
-    for path in files:
-        if not path.is_file():
-            raise FileNotFoundError(f"not a file: {path}")
-    batch = max(1, batch)
-    read = stored = failed = continuation = 0
-    errors: list[LineError] = []
-    now = datetime.now(UTC)
-    for path in files:
-        source = _source(path)
-        if replace_existing:
-            LogEntry.objects.filter(source=source).delete()
-        rows: list[LogEntry] = []
-        written_at = 0
-        total = path.stat().st_size if path.suffix != ".gz" else None
-        with (
-            _open(path) as stream,
-            tqdm(total=total, unit="B", unit_scale=True, desc=path.name, disable=not progress, leave=False) as bar,
-        ):
-            reader = _ProgressReader(stream, bar)
-            for item in _parse_stream(reader, default_service=default_service, now=now, source=str(path)):
-                if isinstance(item, LineError):
-                    read += 1
-                    failed += 1
-                    if len(errors) < MAX_REPORTED_ERRORS:
-                        errors.append(item)
-                    continue
-                read += 1 + item.continued
-                continuation += item.continued
-                rows.append(
-                    LogEntry(
-                        ts=item.ts,
-                        service=item.service,
-                        level=_RANK[item.level],
-                        message=item.message,
-                        attributes=dict(item.attributes),
-                        source=source,
-                    )
-                )
-                if len(rows) >= batch or reader.bytes_read - written_at >= _MAX_BATCH_BYTES:
-                    stored += _store(rows, batch)
-                    rows, written_at = [], reader.bytes_read
-        stored += _store(rows, batch)
-    return IngestReport(read, stored, failed, tuple(errors), continuation, tuple(str(p) for p in files))
-
-
-def _store(rows: list[LogEntry], batch: int) -> int:
-    if rows:
-        LogEntry.objects.bulk_create(rows, batch_size=batch)
-    return len(rows)
-
-
-def _source(path: Path) -> str:
-    """The path as recorded on the rows: its last 200 characters if it is longer."""
-    text = str(path)
-    return text if len(text) <= _SOURCE_CHARS else text[-_SOURCE_CHARS:]
-
-
-def format_report(report: IngestReport) -> str:
-    """The report as the ``ingest_logs`` command prints it, with the first unparsable lines."""
-    files = len(report.files)
-    lines = [
-        f"Read {report.read:,} line{'s' * (report.read != 1)} from {files} file{'s' * (files != 1)}: "
-        f"{report.stored:,} stored, {report.failed:,} unparsable"
-        + (f", {report.continuation:,} folded into the entry before them" if report.continuation else "")
-        + "."
-    ]
-    if report.errors:
-        shown = len(report.errors)
-        heading = f"first {shown} of {report.failed:,}" if shown < report.failed else f"{shown}"
-        lines.append(f"Unparsable lines ({heading}):")
-        for error in report.errors:
-            where = f"{error.source}:{error.line_number}" if error.source else f"line {error.line_number}"
-            lines.append(f"  {where}: {error.reason}" + (f"  | {error.excerpt}" if error.excerpt else ""))
-    return "\n".join(lines)
-
-
-# --- querying ------------------------------------------------------------------------------
-
-
-@dataclass
-class _Cluster:
-    """What is known of one mined template: over the mined lines, or refined over all matches."""
-
-    count: int = 0
-    level: int = 0
-    services: set[str] = field(default_factory=set)
-    first: datetime | None = None
-    last: datetime | None = None
-    example: str = ""
-    template: str = ""
-
-    def add(self, ts: datetime, service: str, level: int, message: str) -> None:
-        self.count += 1
-        self.level = max(self.level, level)
-        self.services.add(service)
-        if self.first is None or ts <= self.first:
-            self.first, self.example = ts, message  # the earliest line is the example
-        if self.last is None or ts > self.last:
-            self.last = ts
-
-
-class DatabaseLogSource:
-    """The :class:`~harness.ports.LogSource` over :class:`~knowledge.models.LogEntry`.
-
-    Semantics are those of :class:`harness.testing.InMemoryLogs`: every word of the query must
-    occur in the message (case-insensitively), ``level`` is a minimum, ``start``/``end`` are
-    inclusive, lines come newest first up to ``limit``, ``total`` and the counts by level and
-    service cover every match.
-
-    Templates are mined with drain3 (a fresh in-memory miner per query) from messages whose
-    variable parts (numbers, ids, IPs, uuids, hex, timestamps) were first masked as ``<*>`` by
-    :func:`harness.text.log_template`; each has its count, highest level, services, first and
-    last time, and an actual message as example; the most frequent ``max_templates`` are kept.
-
-    **The mined set is capped** at the newest ``mine_limit`` matches (20 000 by default), to
-    keep the tool fast. When a query matches more, templates are only *discovered* among the
-    newest ``mine_limit`` lines; the count, level, services and time range of each template kept
-    are then measured over all matches in one more query, matching the template's constant parts
-    as substrings (an approximation: a template's text may also occur in other messages).
-    A pattern that appears only in older lines is not found; narrow the query to see it.
-    """
-
-    def __init__(self, *, max_templates: int = 15, mine_limit: int = 20_000, max_mined_chars: int = 2_000) -> None:
-        self.max_templates = max_templates
-        self.mine_limit = mine_limit
-        #: messages are cut to this length before mining (the example is the whole message)
-        self.max_mined_chars = max_mined_chars
-
-    def query(self, query: LogQuery) -> LogResult:
-        with _usable_connection():
-            return self._query(query)
-
-    def matching(self, query: LogQuery) -> QuerySet[LogEntry]:
-        """The entries that match the query's filters, in no particular order."""
-        qs = LogEntry.objects.order_by()
-        if query.service:
-            qs = qs.filter(service=query.service)
-        floor = _RANK.get(normalise_level(query.level) or "DEBUG", 0) if query.level else 0
-        if floor > 0:
-            qs = qs.filter(level__gte=floor)
-        if query.start is not None:
-            qs = qs.filter(ts__gte=_utc(query.start))
-        if query.end is not None:
-            qs = qs.filter(ts__lte=_utc(query.end))
-        for word in dict.fromkeys(query.query.lower().split()):
-            qs = qs.filter(message__icontains=word)
-        return qs
-
-    def _query(self, query: LogQuery) -> LogResult:
-        qs = self.matching(query)
-        by_level: dict[str, int] = {}
-        by_service: dict[str, int] = {}
-        for level, service, n in qs.values_list("level", "service").annotate(n=Count("id")):
-            by_level[_level_name(level)] = by_level.get(_level_name(level), 0) + n
-            by_service[service] = by_service.get(service, 0) + n
-        total = sum(by_level.values())
-        if total == 0:
-            return LogResult(lines=(), total=0)
-        newest = qs.order_by("-ts", "-id").values_list("ts", "service", "level", "message")
-        limit = max(query.limit, 0)
-        lines: list[LogLine] = []
-        if limit > self.mine_limit:
-            lines = [_line(*row) for row in newest[:limit]]
-        clusters, mined = self._mine(newest[: self.mine_limit].iterator(chunk_size=2_000), lines, limit)
-        ranked = sorted(clusters, key=lambda c: (-c.count, c.first or _MIN_TS))
-        if total > mined:
-            logger.info("log templates discovered in the newest %d of %d matching lines", mined, total)
-            ranked = self._refine(qs, ranked[: self.max_templates * 2])
-        templates = keep_templates(
-            [
-                LogTemplate(
-                    template=c.template,
-                    count=c.count,
-                    level=_level_name(c.level),
-                    services=tuple(sorted(c.services)),
-                    first_ts=_iso(c.first),
-                    last_ts=_iso(c.last),
-                    example=c.example,
-                )
-                for c in ranked
-            ],
-            self.max_templates,
-        )
-        return LogResult(tuple(lines[:limit]), total, by_level, by_service, templates)
-
-    def _mine(
-        self, rows: Iterator[tuple[datetime, str, int, str]], lines: list[LogLine], limit: int
-    ) -> tuple[list[_Cluster], int]:
-        """Cluster the rows with drain3; the first ``limit`` rows also become ``lines``."""
-        config = TemplateMinerConfig()
-        config.drain_sim_th = 0.5
-        config.parametrize_numeric_tokens = True
-        miner = TemplateMiner(config=config)
-        # Masking is cached per message, and the cluster per masked text: identical masked
-        # texts always land in the same cluster, so drain3 sees each distinct one once.
-        masked: dict[str, str] = {}
-        cluster_of: dict[str, int] = {}
-        clusters: dict[int, _Cluster] = {}
-        mined = 0
-        collect = not lines
-        for ts, service, level, message in rows:
-            if collect and len(lines) < limit:
-                lines.append(_line(ts, service, level, message))
-            mined += 1
-            key = message[: self.max_mined_chars]
-            text = masked.get(key)
-            if text is None:
-                text = masked[key] = log_template(key) or "<*>"
-            cluster_id = cluster_of.get(text)
-            if cluster_id is None:
-                cluster_id = cluster_of[text] = miner.add_log_message(text)["cluster_id"]
-            clusters.setdefault(cluster_id, _Cluster()).add(ts, service, level, message)
-        for cluster_id, found in clusters.items():
-            found.template = miner.drain.id_to_cluster[cluster_id].get_template()
-        return list(clusters.values()), mined
-
-    def _refine(self, qs: QuerySet[LogEntry], ranked: list[_Cluster]) -> list[_Cluster]:
-        """Measure the templates over every match, in one grouped query: each line is counted
-        for the most specific template (the most constant text) whose constant parts it contains."""
-        candidates = [(i, parts) for i, c in enumerate(ranked) if (parts := _constant_parts(c.template))]
-        if not candidates:
-            return ranked
-        candidates.sort(key=lambda item: -sum(len(p) for p in item[1]))
-        which = Case(
-            *(When(Q(*(Q(message__contains=p) for p in parts)), then=Value(i)) for i, parts in candidates),
-            default=Value(-1),
-            output_field=IntegerField(),
-        )
-        grouped = cast(
-            Iterable[dict[str, Any]],
-            qs.annotate(template_index=which)
-            .values("template_index", "service")
-            .annotate(n=Count("id"), first=Min("ts"), last=Max("ts"), top=Max("level")),
-        )
-        measured = {i: _Cluster(template=c.template, example=c.example) for i, c in enumerate(ranked)}
-        for row in grouped:
-            m = measured.get(row["template_index"])
-            if m is not None:
-                m.count += row["n"]
-                m.level = max(m.level, row["top"])
-                m.services.add(row["service"])
-                m.first = row["first"] if m.first is None else min(m.first, row["first"])
-                m.last = row["last"] if m.last is None else max(m.last, row["last"])
-        # Where the substrings found fewer lines than the miner did (whitespace drain3
-        # normalised, say), the approximation failed: keep what was mined.
-        refined = [m if m.count >= c.count else c for c, m in zip(ranked, measured.values(), strict=True)]
-        return sorted(refined, key=lambda c: (-c.count, c.first or _MIN_TS))
-
-
-def _constant_parts(template: str) -> list[str]:
-    """The constant text between a template's masks that is worth matching (3+ characters)."""
-    parts = [p.strip() for p in template.split("<*>")]
-    return [p for p in parts if len(p) >= 3 and any(ch.isalnum() for ch in p)]
-
-
-@contextlib.contextmanager
-def _usable_connection() -> Iterator[None]:
-    """Drop a broken or expired connection before and after the query, as Django does around a
-    request: tools run on long-lived pool threads, where nothing else would."""
-    managed = not connection.in_atomic_block
-    if managed:
-        close_old_connections()
-    try:
-        yield
-    finally:
-        if managed and not connection.in_atomic_block:
-            close_old_connections()
-
-
-def _utc(ts: datetime) -> datetime:
-    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
-
-
-def _iso(ts: datetime | None) -> str:
-    return "" if ts is None else _utc(ts).isoformat().replace("+00:00", "Z")
-
-
-def _level_name(level: int) -> str:
-    return LEVELS[level] if 0 <= level < len(LEVELS) else "INFO"
-
-
-def _line(ts: datetime, service: str, level: int, message: str) -> LogLine:
-    return LogLine(_iso(ts), service, _level_name(level), message)

@@ -1,0 +1,238 @@
+"""Reading the evidence: what a conversation's tool results say, as the analyst weighs it.
+
+Log templates become :class:`Pattern` (the same template from an all-time query and from an
+incident window is merged: the window says how often and where, all time says when it began),
+knowledge chunks become the :class:`Passage` sentences that talk about a focus, and query rows
+become :class:`ChangeRow`. Text in the evidence that addresses an assistant is never used: it is
+counted, so the report can say so, and left out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Set as AbstractSet
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from harness.guards.injection import looks_like_instruction
+from harness.guards.quotes import quote_weight, scalar_leaves
+from harness.llm.offline.chat import sentences
+from harness.llm.offline.conversation import Conversation, untruncated
+from harness.llm.offline.lexicon import CHANGE_TERMS, TIME_COLUMN, salient, terms
+from harness.logs import group_templates, level_rank
+from harness.ports import LogLine
+from harness.tools.evidence import LOOKUP_KNOWLEDGE, QUERY_LOGS, QUERY_MYSQL
+
+#: A pattern seen this soon after the window opened may well have begun before it.
+WINDOW_EDGE = timedelta(minutes=2)
+#: A sparse pattern also seen this shortly before its first line in a window was already going on.
+RECURRING = timedelta(hours=12)
+#: A quote is cut to this many characters: enough to recognise, short enough to check.
+MAX_QUOTE_CHARS = 240
+
+
+def parse_ts(value: Any) -> datetime | None:
+    """An aware time from an ISO-8601 value of a tool result (UTC when it names no zone), or ``None``."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        ts = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace(" ", "T", 1))
+    except ValueError:
+        return None
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+_DANGLING = re.compile(r"(?:\s+(?:after|for|in|of|to|by|with|from|at|on|is|was|=))+$", re.IGNORECASE)
+
+
+def literal(template: str) -> str:
+    """The readable constant part of a log template: its longest run of words between masks."""
+    segments = [seg.strip(" -:,;=([{)]}") for seg in template.split("<*>")]
+    best = max(segments, key=lambda seg: (len(seg.split()), len(seg)), default="")
+    return _DANGLING.sub("", best).strip(" -:,;=")[:160]
+
+
+def excerpt(text: str) -> str:
+    """The text as a claim quotes it: without a truncation marker, at most ``MAX_QUOTE_CHARS``."""
+    text = untruncated(text).strip()
+    return text if len(text) <= MAX_QUOTE_CHARS else text[:MAX_QUOTE_CHARS].rstrip()
+
+
+@dataclass
+class Pattern:
+    """A log template: how often, how severe, where and when, and the call that returned it."""
+
+    template: str
+    count: int
+    level: str
+    services: tuple[str, ...]
+    first: datetime | None
+    last: datetime | None
+    example: str
+    call_id: str
+    #: from a query over a time window rather than over all the logs
+    windowed: bool = False
+
+    @property
+    def rank(self) -> int:
+        return level_rank(self.level)
+
+    @property
+    def words(self) -> frozenset[str]:
+        return salient(f"{self.template} {' '.join(self.services)}")
+
+    def window(self) -> str:
+        def fmt(ts: datetime | None) -> str:
+            return ts.strftime("%Y-%m-%d %H:%M:%S") if ts else "?"
+
+        return f"{fmt(self.first)} – {fmt(self.last)}"
+
+
+@dataclass
+class Passage:
+    """A sentence of a retrieved chunk, scored by how much it says about a focus."""
+
+    call_id: str
+    title: str
+    section: str
+    sentence: str
+    score: float
+
+
+@dataclass
+class ChangeRow:
+    """A row of a query result, as the quote a claim can cite and the words it touches."""
+
+    call_id: str
+    quote: str
+    columns: list[str]
+    at: datetime | None
+    words: frozenset[str]
+    #: from a table that records changes (by its name or its columns), not a business table
+    is_change: bool
+
+
+def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
+    """The log templates of every ``query_logs`` result, one per template, and how many were left
+    out for addressing an assistant."""
+    patterns: dict[str, Pattern] = {}
+    ignored = 0
+    for obs in conv.results(QUERY_LOGS):
+        items = obs.view.get("templates") or _templates_from_lines(obs.view.get("lines") or [])
+        for item in items:
+            if not isinstance(item, dict):
+                continue
+            template, example = str(item.get("template", "")), untruncated(str(item.get("example", "")))
+            if looks_like_instruction(template) or looks_like_instruction(example):
+                ignored += 1
+                continue
+            services = item.get("services") or []
+            found = Pattern(
+                template=untruncated(template),
+                count=int(item.get("count") or 0),
+                level=str(item.get("level", "")).upper(),
+                services=tuple(str(s) for s in services) if isinstance(services, list) else (),
+                first=parse_ts(item.get("first_ts")),
+                last=parse_ts(item.get("last_ts")),
+                example=example,
+                call_id=obs.call_id,
+                windowed=bool(obs.args.get("start") or obs.args.get("end")),
+            )
+            if found.windowed and found.first is not None and _opens_window(found.first, obs.args.get("start")):
+                # Already there when the window opened: when it began is unknown, not "just now".
+                found.first = None
+            known = patterns.get(found.template)
+            if known is None:
+                patterns[found.template] = found
+            elif found.windowed != known.windowed:
+                # The incident window says how often, where and until when around the incident (the
+                # same message on another day would blur it); a query over all time says when it
+                # began if it was already there when the window opened.
+                window, overall = (found, known) if found.windowed else (known, found)
+                if window.first is None or (
+                    overall.first is not None and timedelta(0) < window.first - overall.first <= RECURRING
+                ):
+                    window.first = overall.first
+                patterns[found.template] = window
+            elif found.count > known.count:
+                patterns[found.template] = found
+    return list(patterns.values()), ignored
+
+
+def _opens_window(first: datetime, start: Any) -> bool:
+    opened = parse_ts(start)
+    return opened is not None and first - opened <= WINDOW_EDGE
+
+
+def _templates_from_lines(lines: list[Any]) -> list[dict[str, Any]]:
+    """The templates of the returned lines, for a log source that reports none."""
+    read = [
+        LogLine(
+            ts=str(line.get("ts") or ""),
+            service=str(line.get("service") or ""),
+            level=str(line.get("level") or ""),
+            message=untruncated(str(line.get("message", ""))),
+        )
+        for line in lines
+        if isinstance(line, dict)
+    ]
+    return [{**asdict(t), "services": list(t.services)} for t in group_templates(read)]
+
+
+def knowledge_passages(conv: Conversation, focus: AbstractSet[str], *, minimum: int = 3) -> list[Passage]:
+    """Sentences of the retrieved chunks that talk about ``focus``, best first."""
+    out = []
+    for obs in conv.results(LOOKUP_KNOWLEDGE):
+        for rank, chunk in enumerate(obs.view.get("chunks") or []):
+            if not isinstance(chunk, dict):
+                continue
+            heading = salient(f"{chunk.get('title', '')} {chunk.get('section', '')}")
+            for sentence in sentences(str(chunk.get("text", ""))):
+                if looks_like_instruction(sentence) or quote_weight(sentence) < 16:
+                    continue
+                overlap = len(focus & salient(sentence))
+                if overlap >= min(minimum, max(len(focus), 1)):
+                    score = overlap + 0.5 * len(focus & heading) - 0.1 * rank
+                    out.append(
+                        Passage(
+                            obs.call_id,
+                            str(chunk.get("title", "")),
+                            str(chunk.get("section", "")),
+                            excerpt(sentence),
+                            score,
+                        )
+                    )
+    out.sort(key=lambda p: -p.score)
+    return out
+
+
+def change_rows(conv: Conversation) -> list[ChangeRow]:
+    """The rows of every ``query_mysql`` result, but those with text addressed to an assistant."""
+    out = []
+    for obs in conv.results(QUERY_MYSQL):
+        columns = [str(c) for c in obs.view.get("columns") or []]
+        table = re.search(r"\bfrom\s+([\w.]+)", str(obs.args.get("sql", "")), re.IGNORECASE)
+        is_change = bool(terms(f"{table.group(1) if table else ''} {' '.join(columns)}") & CHANGE_TERMS)
+        time_index = next((i for i, c in enumerate(columns) if TIME_COLUMN.search(c.lower())), None)
+        for row in obs.view.get("rows") or []:
+            if not isinstance(row, list):
+                continue
+            cells = [c for c, _ in scalar_leaves(row)]
+            if any(looks_like_instruction(c) for c in cells):
+                continue
+            # Quote from the first descriptive cell to the last whole one (ids say nothing).
+            start = 1 if columns and columns[0].lower() in ("id", "pk") and len(cells) == len(row) else 0
+            whole = []
+            for cell in cells[start:]:
+                if cell.endswith("[truncated]"):
+                    break
+                whole.append(cell)
+            quote = (
+                " ".join(whole)[:MAX_QUOTE_CHARS].rsplit(" ", 1)[0]
+                if len(" ".join(whole)) > MAX_QUOTE_CHARS
+                else " ".join(whole)
+            )
+            at = parse_ts(row[time_index]) if time_index is not None and time_index < len(row) else None
+            out.append(ChangeRow(obs.call_id, quote, columns, at, salient(" ".join(cells)), is_change))
+    return out

@@ -1,0 +1,149 @@
+"""Planning: the next tool calls of the offline analyst, or none when it is time to write.
+
+1. Look broadly: the knowledge base for the question, every WARN-or-worse log pattern, and the
+   warnings of the services the question names.
+2. Look around the onset (the reported time, else the symptom's first line): the log window in
+   which causes begin, the documents about the leading cause candidates, and the change tables
+   for what changed before them.
+3. Follow up: the candidates the window brought, and how to fix the cause once there is one.
+
+Each step asks only what it has not asked before.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from harness.llm.offline.conversation import Conversation, sql_tables
+from harness.llm.offline.evidence import Pattern, literal
+from harness.llm.offline.lexicon import CHANGE_TERMS, TIME_COLUMN, terms
+from harness.llm.offline.reasoning import (
+    CHANGE_GRACE,
+    CHANGE_LOOKBACK,
+    INCIDENT_LEAD,
+    INCIDENT_TAIL,
+    Evidence,
+    analyse,
+    gather,
+    rank_causes,
+)
+from harness.text import has_cjk
+from harness.tools.evidence import LOOKUP_KNOWLEDGE, QUERY_LOGS, QUERY_MYSQL
+
+#: How many of the tables that look like change records are read (best matching first).
+MAX_CHANGE_TABLES = 3
+#: Fewer recommendations than this: look up the remediation of the explaining document.
+MIN_RECOMMENDATIONS = 2
+#: How many services named in the question get a log query of their own.
+MAX_NAMED_SERVICES = 2
+_SERVICE_NAME = re.compile(r"(?<![\w./-])[a-z][a-z0-9]*(?:-[a-z0-9]+)+(?![\w/-])")
+
+
+def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
+    """The next tool calls, or nothing when it is time to write the draft."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    if conv.tool_steps == 0:
+        if LOOKUP_KNOWLEDGE in conv.tools:
+            calls.append((LOOKUP_KNOWLEDGE, {"query": conv.question[:500], "top_k": 5}))
+        if QUERY_LOGS in conv.tools:
+            calls.append((QUERY_LOGS, {"query": "", "level": "WARN", "limit": 100}))
+            # The services the reporter names: their warnings, even if louder ones fill the rest.
+            calls.extend(
+                (QUERY_LOGS, {"query": "", "service": name, "level": "WARN", "limit": 100})
+                for name in named_services(conv.question)[:MAX_NAMED_SERVICES]
+            )
+    elif conv.tool_steps == 1:
+        ev = gather(conv)
+        if QUERY_LOGS in conv.tools and ev.onset is not None and not _saw_every_warning(conv):
+            # What else went wrong around the time the problem began: causes start shortly before.
+            calls.append((QUERY_LOGS, _incident_window(ev.onset)))
+        calls.extend(_candidate_calls(conv, ev))
+    elif conv.tool_steps in (2, 3):
+        # The incident window may have brought new candidates: look them up too, then look up
+        # how to fix the cause once there is one.
+        ev = gather(conv)
+        calls.extend(_candidate_calls(conv, ev))
+        if not [c for c in calls if not conv.called(*c)] and LOOKUP_KNOWLEDGE in conv.tools:
+            analysis = analyse(conv, ev)
+            if analysis.cause is not None and len(analysis.recommendations) < MIN_RECOMMENDATIONS:
+                # The document that explains the cause usually says how to fix it, in its own section.
+                word = "处置" if has_cjk(conv.question) else "remediation"
+                topic = analysis.passage.title if analysis.passage else literal(analysis.cause.template)
+                calls.append((LOOKUP_KNOWLEDGE, {"query": f"{topic} {word}"[:200], "top_k": 5}))
+    return [(name, args) for name, args in calls if not conv.called(name, args)]
+
+
+def named_services(question: str) -> list[str]:
+    """Service-like names in the question: lower-case words joined by hyphens (billing-service,
+    order-export, ledger-api), in order of mention."""
+    return list(dict.fromkeys(m.group(0) for m in _SERVICE_NAME.finditer(question)))
+
+
+def _saw_every_warning(conv: Conversation) -> bool:
+    """Whether an unfiltered WARN query already returned every matching line: then a window
+    could show nothing new."""
+    for obs in conv.results(QUERY_LOGS):
+        unfiltered = not any(obs.args.get(k) for k in ("query", "service", "start", "end"))
+        lines = obs.view.get("lines") or []
+        total = obs.view.get("total")
+        if unfiltered and not obs.truncated and isinstance(total, int) and total <= len(lines):
+            return True
+    return False
+
+
+def _incident_window(onset: datetime) -> dict[str, Any]:
+    start, end = onset - INCIDENT_LEAD, onset + INCIDENT_TAIL
+    return {"query": "", "level": "WARN", "start": _iso(start), "end": _iso(end), "limit": 100}
+
+
+def _iso(ts: datetime) -> str:
+    return ts.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _candidate_calls(conv: Conversation, ev: Evidence) -> list[tuple[str, dict[str, Any]]]:
+    """Documents about the leading cause candidates (not just the first, so documents can tell
+    them apart) and the recent changes that touch the leading one."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    leading = [p for _, p in rank_causes(ev)[:2]] or ([ev.symptom] if ev.symptom else [])
+    if LOOKUP_KNOWLEDGE in conv.tools:
+        for p in leading:
+            query = literal(p.template)[:200] or conv.question[:200]
+            calls.append((LOOKUP_KNOWLEDGE, {"query": query, "top_k": 5}))
+    if QUERY_MYSQL in conv.tools and leading:
+        # Changes before the leading cause began, up to the incident: the symptom may be their effect.
+        starts = [ts for ts in (leading[0].first, ev.symptom.first if ev.symptom else None, ev.onset) if ts]
+        span = (min(starts), max(starts)) if starts else None
+        calls.extend((QUERY_MYSQL, {"sql": sql}) for sql in _change_queries(conv, leading[0], span))
+    return calls
+
+
+def _change_queries(conv: Conversation, focus: Pattern, span: tuple[datetime, datetime] | None) -> list[str]:
+    tables = sql_tables(conv.tools.get(QUERY_MYSQL))
+    wanted = focus.words | terms(conv.question)
+    ranked = []
+    for table, columns in tables.items():
+        words = terms(f"{table} {' '.join(columns)}")
+        value = 2 * len(words & CHANGE_TERMS) + len(words & wanted)
+        if value >= 2:
+            ranked.append((value, table, columns))
+    ranked.sort(key=lambda item: -item[0])
+    out = []
+    for _, table, columns in ranked[:MAX_CHANGE_TABLES]:
+        if not re.fullmatch(r"[A-Za-z_][\w]*", table):
+            continue
+        time_column = next((c for c in columns if TIME_COLUMN.search(c.lower()) and re.fullmatch(r"\w+", c)), None)
+        where = order = ""
+        if time_column:
+            order = f" ORDER BY {time_column} DESC"
+            if span is not None:
+                # Only the changes that could explain it, whatever came later.
+                start, end = (_sql_ts(span[0] - CHANGE_LOOKBACK), _sql_ts(span[1] + CHANGE_GRACE))
+                where = f" WHERE {time_column} >= '{start}' AND {time_column} <= '{end}'"
+        out.append(f"SELECT * FROM {table}{where}{order} LIMIT 20")  # noqa: S608 - identifiers checked above
+    return out
+
+
+def _sql_ts(ts: datetime) -> str:
+    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")

@@ -1,0 +1,374 @@
+"""Weighing the evidence: which pattern is the symptom, which the cause, and what changed.
+
+It reasons the way an on-call engineer reads evidence, with no knowledge of any particular
+incident. The *symptom* is the error pattern that matches what the engineer reported and began
+when they say it did (a time in the question is resolved against the logs). The *cause*
+candidates are other error patterns that begin shortly before the symptom, use the vocabulary
+of something running out or breaking, share its service or are blamed by other services'
+errors (a proxy reporting its upstream is a witness, not a cause), and are backed by a
+document or by a recent change. A change is weighed by how shortly before the pattern it came,
+what it touches (the pattern's service, a blamed dependency, words the two share and little
+else does) and how many new warnings began right after it and before the next change. When the
+evidence shows no cause, :func:`analyse` says what is missing instead.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from harness.llm.offline.conversation import Conversation
+from harness.llm.offline.evidence import (
+    ChangeRow,
+    Passage,
+    Pattern,
+    change_rows,
+    knowledge_passages,
+    log_patterns,
+)
+from harness.llm.offline.lexicon import CAUSE_TERMS, SYMPTOM_TERMS, is_recommendation, salient, terms
+from harness.llm.offline.when import resolve, stated_time
+from harness.text import has_cjk
+from harness.tools.evidence import LOOKUP_KNOWLEDGE, QUERY_MYSQL
+
+#: A candidate scoring less is no cause (see :func:`rank_causes`).
+MIN_CAUSE_SCORE = 3.0
+#: The log window searched around a symptom's onset: causes start shortly before it.
+INCIDENT_LEAD = timedelta(minutes=60)
+INCIDENT_TAIL = timedelta(minutes=15)
+#: A symptom begins around the time the report gives: at most this long before it, or after it.
+REPORT_LEAD = timedelta(minutes=45)
+REPORT_LAG = timedelta(minutes=90)
+#: A recorded change can explain a pattern that starts up to a day after it.
+CHANGE_LOOKBACK = timedelta(days=1)
+CHANGE_GRACE = timedelta(minutes=5)
+#: What a change breaks begins within this long after it.
+ALIGNED = timedelta(minutes=15)
+
+
+@dataclass
+class Analysis:
+    """What the evidence shows: the symptom, its cause, the document and the change that explain
+    it, what to do, and what is missing."""
+
+    symptom: Pattern | None = None
+    cause: Pattern | None = None
+    passage: Passage | None = None
+    change: ChangeRow | None = None
+    recommendations: list[str] = field(default_factory=list)
+    limitations: list[str] = field(default_factory=list)
+    ignored_instructions: int = 0
+
+
+def _onset_score(candidate: Pattern, began: datetime | None) -> float:
+    """A cause starts shortly before the symptom ``began`` and is still going when it does."""
+    if began is None or candidate.first is None:
+        return 0.0
+    lead = (began - candidate.first).total_seconds()
+    if lead < -120:
+        score = -2.0  # begins after the symptom: an effect, not a cause
+    elif lead <= 900:
+        score = 3.0  # within a quarter of an hour before the symptom
+    elif lead <= 3_600:
+        score = 1.5
+    elif lead <= 6 * 3_600:
+        score = -0.5  # it was there well before anything broke
+    else:
+        score = -1.5  # chronic
+    if candidate.last is not None and candidate.last < began - timedelta(minutes=1):
+        score -= 1.5  # over before the symptom began
+    return score
+
+
+def _proximity(lead: timedelta) -> float:
+    """How suspicious a change is for how long before a pattern began: minutes, not hours."""
+    if lead <= timedelta(minutes=15):
+        return 1.5
+    if lead <= timedelta(hours=1):
+        return 1.0
+    if lead <= timedelta(hours=6):
+        return 0.5
+    return 0.0
+
+
+def _followed_by(row: ChangeRow, ev: Evidence) -> int:
+    """How many warning patterns began within minutes after the change, and before any later
+    change: what a change breaks shows up right after it, in whatever services it reaches."""
+    onset = ev.onset
+    if row.at is None or onset is None:
+        return 0
+    at = row.at
+    later = [r.at for r in ev.rows if r.is_change and r.at is not None and r.at > at]
+    # Only what began around the incident counts: other noise starts at random times all day.
+    since, until = max(at, onset - INCIDENT_LEAD), min([at + ALIGNED, onset + INCIDENT_TAIL, *later])
+    return sum(1 for p in ev.patterns if p.rank >= 2 and p.first is not None and since <= p.first <= until)
+
+
+def _change_support(p: Pattern, ev: Evidence) -> tuple[float, ChangeRow | None]:
+    """The recorded change that best explains the pattern, and how well: it precedes the pattern
+    (the closer the better), touches what the pattern is about (its service, the words the two
+    share and little else has) and was followed at once by new warnings."""
+    own = p.words
+    best: tuple[float, ChangeRow | None] = (0.0, None)
+    for row in ev.rows:
+        if not row.is_change:
+            continue
+        if (
+            p.first is not None
+            and row.at is not None
+            and not (p.first - CHANGE_LOOKBACK <= row.at <= p.first + CHANGE_GRACE)
+        ):
+            continue
+        topic = min(sum(ev.rarity.get(w, 0.0) for w in own & row.words), 3.0)
+        # the pattern's own service, or one the incident's errors point at (its dependency)
+        touches = 1.0 if set(p.services) & row.words else 0.5 if ev.blamed & row.words else 0.0
+        if not topic and not touches:
+            continue
+        near = _proximity(p.first - row.at) if p.first is not None and row.at is not None else 0.0
+        value = topic + touches + near + 0.5 * min(ev.followed.get(id(row), 0), 4)
+        if value > best[0]:
+            best = (value, row)
+    return best
+
+
+def _rarity(patterns: list[Pattern], rows: list[ChangeRow]) -> dict[str, float]:
+    """Inverse document frequency of each word over the patterns and the change records, scaled so
+    that a word only one of them uses counts 1: "booking" links everything, "dc1" one thing."""
+    docs = [p.words for p in patterns] + [r.words for r in rows if r.is_change]
+    counts: dict[str, int] = {}
+    for words in docs:
+        for w in words:
+            counts[w] = counts.get(w, 0) + 1
+    top = math.log(len(docs) + 1) or 1.0
+    return {w: math.log((len(docs) + 1) / c) / top for w, c in counts.items()}
+
+
+@dataclass
+class Evidence:
+    """Everything read from the conversation, with what the weighing needs precomputed."""
+
+    patterns: list[Pattern]
+    ignored: int
+    symptom: Pattern | None
+    rows: list[ChangeRow]
+    knowledge_words: set[str]
+    asked: frozenset[str]
+    #: when the report says the problem began, resolved against the logs' timestamps
+    reported: datetime | None = None
+    rarity: dict[str, float] = field(default_factory=dict)
+    #: services that other services' warnings name
+    blamed: set[str] = field(default_factory=set)
+    #: how many new warnings followed each change row (by ``id``), see ``_followed_by``
+    followed: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def symptom_began(self) -> datetime | None:
+        """When the symptom began: its first line, or the reported time if that is later (older
+        lines can share the symptom's template)."""
+        first = self.symptom.first if self.symptom else None
+        if first is None or self.reported is None:
+            return first or self.reported
+        return max(first, self.reported)
+
+    @property
+    def onset(self) -> datetime | None:
+        """When the incident began: the time the reporter gives, else the symptom's first line (a
+        pattern can begin earlier than the incident, when older lines share its template)."""
+        if self.reported is not None:
+            return self.reported
+        return self.symptom.first if self.symptom else None
+
+
+def reported_onset(conv: Conversation, patterns: list[Pattern]) -> datetime | None:
+    """The time the question gives for the start of the problem, if any, as a UTC instant."""
+    stated = stated_time(conv.question)
+    if stated is None:
+        return None
+    return resolve(stated, [ts for p in patterns for ts in (p.first, p.last) if ts is not None])
+
+
+def _fits_report(p: Pattern, reported: datetime | None) -> int:
+    """1 when the pattern begins around the reported time, -1 when it cannot be what was reported
+    (long there before, or over before it), 0 when unknown."""
+    if reported is None or p.first is None:
+        return 0
+    if p.last is not None and p.last < reported - CHANGE_GRACE:
+        return -1
+    return 1 if reported - REPORT_LEAD <= p.first <= reported + REPORT_LAG else -1
+
+
+def gather(conv: Conversation) -> Evidence:
+    """Read the conversation's evidence and find the symptom the question describes."""
+    patterns, ignored = log_patterns(conv)
+    asked = terms(conv.question)
+    reported = reported_onset(conv, patterns)
+    relevant = [p for p in patterns if p.rank >= 2 and asked & p.words]
+    # The symptom is what the question describes, beginning when the reporter says it did; between
+    # equally close patterns, one that does not name a cause ("timed out", not "pool exhausted") is
+    # the better description of an effect.
+    symptom = (
+        max(
+            relevant,
+            key=lambda p: (
+                _fits_report(p, reported),
+                len(asked & p.words),
+                not terms(p.template) & CAUSE_TERMS,
+                p.rank,
+                p.count,
+            ),
+        )
+        if relevant
+        else None
+    )
+    knowledge_words = {
+        w
+        for o in conv.results(LOOKUP_KNOWLEDGE)
+        for c in o.view.get("chunks") or []
+        if isinstance(c, dict)
+        for w in salient(str(c.get("text", "")))
+    }
+    rows = change_rows(conv)
+    ev = Evidence(
+        patterns,
+        ignored,
+        symptom,
+        rows,
+        knowledge_words,
+        asked,
+        reported,
+        _rarity(patterns, rows),
+        _blamed_services(patterns),
+    )
+    ev.followed = {id(row): _followed_by(row, ev) for row in rows if row.is_change}
+    return ev
+
+
+_UPSTREAM = re.compile(r"\b(?:upstream|downstream)\b", re.IGNORECASE)
+
+
+def _blamed_services(patterns: list[Pattern]) -> set[str]:
+    """Services that other services' warnings name (``price check failed: POST http://fare-api…``)."""
+    known = {service for p in patterns for service in p.services if service}
+    named: set[str] = set()
+    for p in patterns:
+        if p.rank < 2:
+            continue
+        text = f"{p.template} {p.example}".lower()
+        named.update(s for s in known if s not in p.services and len(s) > 3 and s.lower() in text)
+    return named
+
+
+def _reports_elsewhere(p: Pattern, blamed: set[str]) -> bool:
+    """The pattern reports a failure of another service: an upstream, or one it names."""
+    text = f"{p.template} {p.example}".lower()
+    return bool(_UPSTREAM.search(text)) or any(s.lower() in text for s in blamed if s not in p.services)
+
+
+def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
+    """Cause candidates for the symptom, best first, with their scores."""
+    symptom = ev.symptom
+    if symptom is None:
+        return []
+
+    blamed = ev.blamed
+
+    def score(p: Pattern) -> float:
+        words = terms(p.template)
+        causal = len(words & CAUSE_TERMS)
+        value = 1.0 * min(causal, 3) - (1.0 if words & SYMPTOM_TERMS and not causal else 0.0)
+        value += _onset_score(p, ev.symptom_began) + (1.0 if p.rank >= 3 else 0.0)
+        if _reports_elsewhere(p, blamed):
+            value -= 1.0  # a proxy or client telling of its upstream's failure: a witness, not a cause
+        elif set(p.services) & set(symptom.services):
+            value += 1.5
+        if set(p.services) & blamed:
+            value += 1.0  # other services' errors point at this one
+        value += 0.5 * min(len(salient(p.template) & (ev.asked | symptom.words)), 2)
+        if len(salient(p.template) & ev.knowledge_words) >= 2:
+            value += 1.5
+        value += min(_change_support(p, ev)[0], 4.0) * 0.75
+        return value + 0.5 * min(math.log10(max(p.count, 1)), 2.0)
+
+    ranked = [(score(p), p) for p in ev.patterns if p.rank >= 2 and p is not symptom]
+    ranked.sort(key=lambda sp: -sp[0])
+    return ranked
+
+
+def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
+    """The symptom and its cause (a candidate scoring at least ``MIN_CAUSE_SCORE``, else the
+    symptom itself when it names a cause), with the passage, change and recommendations that
+    back it; the limitations either way."""
+    ev = ev or gather(conv)
+    result = Analysis(symptom=ev.symptom, ignored_instructions=ev.ignored)
+    symptom = ev.symptom
+    if symptom is not None:
+        ranked = rank_causes(ev)
+        if ranked and ranked[0][0] >= MIN_CAUSE_SCORE:
+            result.cause = ranked[0][1]
+        elif terms(symptom.template) & CAUSE_TERMS:
+            result.cause = symptom  # a self-explaining error: "certificate has expired"
+    cause = result.cause
+    if cause is None:
+        return _limitations(conv, result)
+
+    focus = cause.words | (symptom.words if symptom else set())
+    passages = knowledge_passages(conv, cause.words) or knowledge_passages(conv, focus)
+    result.passage = passages[0] if passages else None
+    result.change = _change_support(cause, ev)[1]
+    result.recommendations = _recommendations(
+        conv, focus | (result.change.words if result.change else set()), result.passage, cause.words
+    )
+    return _limitations(conv, result)
+
+
+def _recommendations(
+    conv: Conversation, focus: AbstractSet[str], passage: Passage | None, cause_words: AbstractSet[str]
+) -> list[str]:
+    """Instructions of the document that explains the cause, or of others about the cause itself."""
+    picked = []
+    chinese = has_cjk(conv.question)
+    for p in knowledge_passages(conv, focus, minimum=1):
+        if not is_recommendation(p.sentence, chinese=chinese):
+            continue
+        same_document = passage is not None and p.title == passage.title
+        if not same_document and len(salient(p.sentence) & cause_words) < 2:
+            continue  # advice from a document about something else
+        picked.append((p.score + (3.0 if same_document else 0.0), p.sentence))
+    picked.sort(key=lambda item: -item[0])
+    return list(dict.fromkeys(sentence for _, sentence in picked))[:3]
+
+
+def _limitations(conv: Conversation, result: Analysis) -> Analysis:
+    zh = has_cjk(conv.question)
+    notes = result.limitations
+    if result.ignored_instructions:
+        notes.append(
+            f"证据中有 {result.ignored_instructions} 处文本试图向助手下达指令，已作为数据忽略。" if zh
+            else f"{result.ignored_instructions} piece(s) of evidence contained text addressed to an assistant; it was treated as data and ignored."
+        )  # fmt: skip
+    if any(o.truncated for o in conv.observations):
+        notes.append(
+            "部分工具结果被截断。" if zh else "Some tool results were truncated; rarer patterns may be missing."
+        )
+    if QUERY_MYSQL not in conv.tools and not conv.results(QUERY_MYSQL):
+        notes.append(
+            "未连接业务数据库，未核对配置变更。"
+            if zh
+            else "No business database was available, so recent changes were not checked."
+        )
+    if result.symptom is None:
+        notes.append(
+            "日志中没有与所报告问题匹配的告警或错误。"
+            if zh
+            else "No WARN-or-worse log pattern matches the reported problem."
+        )
+    elif result.cause is None:
+        notes.append(
+            "日志显示了症状，但没有可以解释它的先发错误。"
+            if zh
+            else "The logs show the symptom but no earlier error that would explain it."
+        )
+    return result

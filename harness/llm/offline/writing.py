@@ -1,0 +1,136 @@
+"""Writing: the draft report from the analysis, in the language of the question.
+
+Every claim quotes the evidence verbatim (the symptom's and the cause's log lines, the document
+sentence that explains the cause, the change row) and cites the call it came from. Without a
+symptom and a cause there is no claim at all, only what is missing, so the run falls back
+honestly. A repair leaves out the claims the evidence check rejected.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from harness.llm.offline.conversation import Conversation
+from harness.llm.offline.evidence import excerpt, literal
+from harness.llm.offline.reasoning import Analysis, analyse
+from harness.text import has_cjk
+
+
+def _claim(statement: str, call_id: str, quote: str) -> dict[str, Any]:
+    return {"statement": statement, "citations": [{"tool_call_id": call_id, "quote": quote}]}
+
+
+def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[str, Any]:
+    """The draft (conclusion, root cause, claims, recommendations, limitations) of the analysis."""
+    a = analysis or analyse(conv)
+    zh = has_cjk(conv.question)
+    s, c = a.symptom, a.cause
+    if s is None or c is None:
+        return {
+            "conclusion": (
+                "收集到的证据不足以确定原因。"
+                if zh
+                else "The evidence gathered does not support a conclusion about the cause."
+            ),
+            "root_cause": "",
+            "claims": [],
+            "recommendations": [],
+            "limitations": a.limitations,
+        }
+    claims = []
+    services = ", ".join(s.services) or "?"
+    s_quote = excerpt(s.example)
+    claims.append(
+        _claim(
+            f"{services} 在 {s.window()} 期间记录了 {s.count} 条 {s.level} 日志，例如“{s_quote}”。" if zh
+            else f"{services} logged {s.count} {s.level} events like “{s_quote}” between {s.window()}.",
+            s.call_id, s_quote,
+        )
+    )  # fmt: skip
+    c_services = ", ".join(c.services) or "?"
+    if c is not s:
+        c_quote = excerpt(c.example)
+        lead = ""
+        if c.first and s.first and c.first < s.first:
+            minutes = max(1, round((s.first - c.first).total_seconds() / 60))
+            lead = f"，比症状早 {minutes} 分钟" if zh else f", {minutes} min before the first symptom"
+        claims.append(
+            _claim(
+                f"{c_services} 自 {c.window().split(' – ')[0]} 起记录了 {c.count} 条“{c_quote}”{lead}。" if zh
+                else f"{c_services} logged “{c_quote}” {c.count} times starting {c.window().split(' – ')[0]}{lead}.",
+                c.call_id, c_quote,
+            )
+        )  # fmt: skip
+    if a.passage is not None:
+        p = a.passage
+        section = p.section.removeprefix(p.title).removeprefix(" › ") if p.title else p.section
+        where = " › ".join(x for x in (p.title, section) if x)
+        claims.append(
+            _claim(
+                f"知识库（{where}）指出：“{p.sentence}”"
+                if zh
+                else f"The knowledge base ({where}) says: “{p.sentence}”",
+                p.call_id,
+                p.sentence,
+            )
+        )
+    if a.change is not None:
+        row = a.change
+        claims.append(
+            _claim(
+                f"变更记录：“{row.quote}”（{', '.join(row.columns)}）。" if zh else f"A recorded change: “{row.quote}” ({', '.join(row.columns)}).",
+                row.call_id, row.quote,
+            )
+        )  # fmt: skip
+    cause_text = literal(c.template) or excerpt(c.example)
+    symptom_text = literal(s.template) or s_quote
+    change_text = ""
+    if a.change is not None:
+        change_text = f"，发生在变更“{a.change.quote}”之后" if zh else f", after the change “{a.change.quote}”"
+    if c is s:
+        conclusion = (
+            f"{c_services} 的问题直接由“{cause_text}”引起{change_text}。" if zh
+            else f"The reported problem is the error “{cause_text}” in {c_services}{change_text}."
+        )  # fmt: skip
+    else:
+        conclusion = (
+            f"“{symptom_text}”最可能由 {c_services} 的“{cause_text}”导致{change_text}。" if zh
+            else f"“{symptom_text}” is most likely caused by “{cause_text}” in {c_services}{change_text}."
+        )  # fmt: skip
+    root_cause = f"{c_services}：{cause_text}{change_text}" if zh else f"{cause_text} ({c_services}){change_text}"
+    if a.passage is not None and a.passage.title:
+        root_cause += f"（参见“{a.passage.title}”）" if zh else f" — see “{a.passage.title}”"
+    recommendations = a.recommendations or [
+        "在变更系统之前，先在受影响的服务上确认以上发现。"
+        if zh
+        else "Confirm these findings on the affected service before changing anything."
+    ]
+    return {
+        "conclusion": conclusion,
+        "root_cause": root_cause,
+        "claims": claims,
+        "recommendations": recommendations,
+        "limitations": a.limitations,
+    }
+
+
+def repair_draft(conv: Conversation, findings_text: str) -> dict[str, Any]:
+    """Rewrite the draft without the claims the evidence check rejected."""
+    draft = write_draft(conv)
+    findings = re.search(r"\[.*\]", findings_text, re.DOTALL)
+    rejected: set[int] = set()
+    if findings:
+        try:
+            rejected = {
+                int(f["claim"])
+                for f in json.loads(findings.group(0))
+                if isinstance(f, dict) and f.get("claim") is not None
+            }
+        except (ValueError, TypeError, KeyError):
+            rejected = set()
+    draft["claims"] = [c for i, c in enumerate(draft["claims"]) if i not in rejected]
+    if not draft["claims"]:
+        draft["root_cause"] = ""
+    return draft
