@@ -9,7 +9,7 @@
 
 Every transition is one conditional UPDATE from the state it expects, so of two writers that
 race (the harness completing, a user cancelling, a sweeper declaring the worker lost) exactly
-one wins. The winner of a terminal transition — and only it — calls ``_finished``, which after
+one wins. The winner of a terminal transition — and only it — calls ``_run_finished``, which after
 the transaction commits ends the run's event stream (``content`` or ``failure``, then ``done``),
 archives the stream to the run's rows and then calls each post-terminal hook the composition
 root gave (a webhook, a metric), every step fail-open: the row is the truth, written first.
@@ -263,7 +263,7 @@ class RunLifecycle:
             failure_message=values["failure_message"],
             cause=EndCause.HARNESS,
         )
-        self._finished(ended)
+        self._run_finished(ended)
         return True
 
     def fail(self, *, run_id: uuid.UUID, from_status: RunStatus, code: str, message: str, cause: EndCause) -> bool:
@@ -336,10 +336,10 @@ class RunLifecycle:
             status=status, outcome=outcome, failure_code=code, failure_message=message, finished_at=timezone.now()
         )
         if won:
-            self._finished(RunEnded(run_id, status, outcome, None, code, message, cause))
+            self._run_finished(RunEnded(run_id, status, outcome, None, code, message, cause))
         return bool(won)
 
-    def _finished(self, ended: RunEnded) -> None:
+    def _run_finished(self, ended: RunEnded) -> None:
         """The single point every terminal transition passes, once per run, after commit."""
         transaction.on_commit(lambda: self._after_commit(ended))
 
