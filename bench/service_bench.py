@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stack = Stack(port=free_port(), env=env, web_workers=args.web_workers, worker_concurrency=args.worker_concurrency)
     results: dict[str, Any] = {}
     with stack:
-        _, key = api_key_create(username="bench")
+        _, key, _secret = api_key_create(username="bench")
         headers = {"Authorization": f"Bearer {key}"}
         baseline = noop_round_trips(200)
         noop_ms = statistics.median(baseline)

@@ -12,7 +12,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chat import selectors, services
+from chat.authentication import KeyAuth
 from chat.representations import run_resource, session_resource
+from chat.webhooks.services import webhook_url_check
 from core.api import NewestFirst, StrictSerializer, TextField, parse_id
 from harness.application import MAX_QUESTION_CHARS
 from traces.models import Feedback, RunStatus
@@ -43,6 +45,7 @@ class ChatApi(APIView):
         question = TextField(max_length=MAX_QUESTION_CHARS, trim_whitespace=True)
         session_id = serializers.UUIDField(required=False)
         metadata = serializers.DictField(required=False, child=serializers.JSONField())
+        webhook_url = TextField(required=False, max_length=2000)
 
         def validate_metadata(self, value: dict[str, Any]) -> dict[str, Any]:
             if len(value) > 20 or len(str(value)) > 4_000:
@@ -61,12 +64,17 @@ class ChatApi(APIView):
         key = (request.headers.get("Idempotency-Key") or "").strip() or None
         if key is not None and len(key) > 200:
             raise serializers.ValidationError({"Idempotency-Key": ["At most 200 characters."]})
+        webhook_url = form.validated_data.get("webhook_url") or ""
+        if webhook_url:
+            webhook_url = webhook_url_check(webhook_url)
         submitted = services.chat_submit(
             user=request.user,
             question=form.validated_data["question"],
             session_id=form.validated_data.get("session_id"),
             metadata=form.validated_data.get("metadata"),
             idempotency_key=key,
+            webhook_url=webhook_url,
+            api_key_id=request.auth.key_id if isinstance(request.auth, KeyAuth) else None,
         )
         body = run_resource(submitted.run)
         body["run_id"] = body["id"]

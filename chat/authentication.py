@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import threading
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
-from rest_framework import authentication, exceptions
+from rest_framework import authentication, exceptions, throttling
 from rest_framework.request import Request
 
 from chat.models import ApiKey
+
+logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "sba_"
 #: How stale ``last_used_at`` may be: refreshing it on every request would be a write each.
@@ -43,35 +48,48 @@ def key_from_header(value: str | None) -> str | None:
 #: Verified keys are remembered this long per process: a revoked key stops working within it.
 CACHE_TTL_S = 30.0
 _CACHE_SIZE = 2_048
-_cache: dict[str, tuple[Any, float]] = {}
+_cache: dict[str, tuple[Any, int, float]] = {}
 _cache_lock = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class KeyAuth:
+    """What a request authenticated with: ``request.auth``. The key's id, never the key."""
+
+    key_id: int
 
 
 def cached_user_for_key(raw_key: str) -> Any | None:
     """The key's user if this process verified it within the TTL (no database), else None."""
     with _cache_lock:
         cached = _cache.get(digest(raw_key))
-    return cached[0] if cached is not None and cached[1] > time.monotonic() else None
+    return cached[0] if cached is not None and cached[2] > time.monotonic() else None
 
 
 def user_for_key(raw_key: str) -> Any | None:
+    found = key_for(raw_key)
+    return found[0] if found else None
+
+
+def key_for(raw_key: str) -> tuple[Any, int] | None:
+    """The key's user and the key's id, for a valid, unrevoked key of an active user."""
     if not raw_key.startswith(KEY_PREFIX):
         return None
     wanted = digest(raw_key)
     now_s = time.monotonic()
     with _cache_lock:
         cached = _cache.get(wanted)
-    if cached is not None and cached[1] > now_s:
-        return cached[0]
-    user = _lookup(wanted)
+    if cached is not None and cached[2] > now_s:
+        return cached[0], cached[1]
+    found = _lookup(wanted)
     with _cache_lock:
-        if user is None:
+        if found is None:
             _cache.pop(wanted, None)
         else:
             if len(_cache) >= _CACHE_SIZE:
                 _cache.clear()
-            _cache[wanted] = (user, now_s + CACHE_TTL_S)
-    return user
+            _cache[wanted] = (found[0], found[1], now_s + CACHE_TTL_S)
+    return found
 
 
 def forget_cached_keys() -> None:
@@ -79,25 +97,46 @@ def forget_cached_keys() -> None:
         _cache.clear()
 
 
-def _lookup(wanted: str) -> Any | None:
+def _lookup(wanted: str) -> tuple[Any, int] | None:
     key = ApiKey.objects.select_related("user").filter(digest=wanted, revoked_at__isnull=True).first()
     if key is None or not hmac.compare_digest(key.digest, wanted) or not key.user.is_active:
         return None
     now = timezone.now()
     if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
-    return key.user
+    return key.user, key.pk
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
-    def authenticate(self, request: Request) -> tuple[Any, None] | None:
+    def authenticate(self, request: Request) -> tuple[Any, KeyAuth] | None:
         raw = key_from_header(request.META.get("HTTP_AUTHORIZATION"))
         if raw is None:
             return None
-        user = user_for_key(raw) if raw else None
-        if user is None:
+        found = key_for(raw) if raw else None
+        if found is None:
             raise exceptions.AuthenticationFailed()
-        return user, None
+        return found[0], KeyAuth(found[1])
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="api"'
+
+
+class PerKeyRateThrottle(throttling.SimpleRateThrottle):
+    """Requests per API key (``API_RATE_PER_KEY``), counted in the shared cache (Redis), so every
+    web process counts the same; unauthenticated requests are not counted here."""
+
+    scope = "api_key"
+
+    def get_rate(self) -> str:
+        return str(settings.API_RATE_PER_KEY)
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        try:
+            return bool(super().allow_request(request, view))
+        except Exception as exc:  # noqa: BLE001 - an unreachable cache must not refuse every request
+            logger.warning("rate limit not checked: %s", type(exc).__name__)
+            return True
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        auth = getattr(request, "auth", None)
+        return f"throttle:key:{auth.key_id}" if isinstance(auth, KeyAuth) else None

@@ -17,11 +17,12 @@ from chat.events import EventStreamObserver
 from chat.models import ApiKey
 from chat.redis_store import client as redis_client
 from chat.redis_store import request_cancel
-from core.errors import QueueFull, QueueUnavailable
+from chat.webhooks import signing
+from core.errors import ApplicationError, ErrorKind, QueueFull, QueueUnavailable
 from harness.application import ChatRequest, RunNotClaimed
 from harness.context import CancelReason
 from traces.lifecycle import EndCause
-from traces.models import Feedback, Run, RunStatus
+from traces.models import ACTIVE_STATUSES, Feedback, Run, RunStatus
 from traces.sql import load_run_for_execution
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ def chat_submit(
     session_id: uuid.UUID | None = None,
     metadata: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
+    webhook_url: str = "",
+    api_key_id: int | None = None,
 ) -> Submitted:
     """Open a queued run (and its session when none is given), then enqueue it.
 
@@ -52,8 +55,16 @@ def chat_submit(
         return Submitted(replayed, False)
     if _queue_length() >= settings.MAX_QUEUED_RUNS:
         raise QueueFull()
+    if api_key_id is not None and _active_runs(api_key_id) >= settings.MAX_ACTIVE_RUNS_PER_KEY:
+        raise TooManyActiveRuns(details={"limit": settings.MAX_ACTIVE_RUNS_PER_KEY})
     opened = lifecycle.open(
-        owner=user, question=question, session_id=session_id, metadata=metadata, idempotency_key=idempotency_key
+        owner=user,
+        question=question,
+        session_id=session_id,
+        metadata=metadata,
+        idempotency_key=idempotency_key,
+        webhook_url=webhook_url,
+        api_key_id=api_key_id,
     )
     if not opened.created:
         return Submitted(opened.run, False)
@@ -73,6 +84,18 @@ def chat_submit(
         )
         raise QueueUnavailable() from None
     return Submitted(run, True)
+
+
+class TooManyActiveRuns(ApplicationError):
+    code = "too_many_active_runs"
+    kind = ErrorKind.LIMITED
+    message = "This API key has as many runs queued or running as it may; wait for one to end."
+    retry_after_s = 5
+
+
+def _active_runs(api_key_id: int) -> int:
+    """The key's queued and running runs (a soft cap: two racing requests may both pass)."""
+    return Run.objects.filter(api_key_id=api_key_id, status__in=ACTIVE_STATUSES).count()
 
 
 def _queue_length() -> int:
@@ -135,13 +158,17 @@ def api_key_revoke(*, key: ApiKey) -> None:
     forget_cached_keys()
 
 
-def api_key_create(*, username: str, staff: bool = False, name: str = "") -> tuple[ApiKey, str]:
-    """Create (or reuse) the user and a new key for them. The raw key is returned once."""
+def api_key_create(*, username: str, staff: bool = False, name: str = "") -> tuple[ApiKey, str, str]:
+    """Create (or reuse) the user and a new key for them. The raw key and the key's webhook
+    signing secret are returned once; only the key's hash and the sealed secret are stored."""
     user_model = get_user_model()
     user, _ = user_model.objects.get_or_create(username=username)
     if staff and not user.is_staff:
         user.is_staff = True
         user.save(update_fields=["is_staff"])
     raw = new_raw_key()
-    key = ApiKey.objects.create(user=user, name=name, prefix=raw[:12], digest=digest(raw))
-    return key, raw
+    webhook_secret = signing.new_secret()
+    key = ApiKey.objects.create(
+        user=user, name=name, prefix=raw[:12], digest=digest(raw), webhook_secret=signing.seal(webhook_secret)
+    )
+    return key, raw, webhook_secret

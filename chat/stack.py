@@ -75,6 +75,8 @@ class Stack:
     web_workers: int = 1
     #: worker processes, each running one run at a time
     worker_concurrency: int = 2
+    #: threads of the worker that sends webhooks (0: no such worker)
+    webhook_threads: int = 8
     log_dir: Path | None = None
     quiet: bool = True
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -136,9 +138,21 @@ class Stack:
                     "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
                 ],
             )  # fmt: skip
+        if self.webhook_threads:
+            # Webhook attempts wait on other servers: threads, on their own queue.
+            self._spawn(
+                "webhooks",
+                [
+                    sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "webhooks",
+                    "-n", f"webhooks-{self.port}@%h", "--pool", "threads", "--concurrency", str(self.webhook_threads),
+                    "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
+                ],
+            )  # fmt: skip
         self._wait(self._web_ready, "web", timeout_s)
         for i in range(self.worker_concurrency):
-            self._wait(lambda i=i: self._worker_ready(i), f"worker-{i}", timeout_s)
+            self._wait(lambda i=i: self._worker_ready(f"runs-{self.port}-{i}"), f"worker-{i}", timeout_s)
+        if self.webhook_threads:
+            self._wait(lambda: self._worker_ready(f"webhooks-{self.port}"), "webhooks", timeout_s)
         return self
 
     def _web_ready(self) -> bool:
@@ -147,11 +161,11 @@ class Stack:
         except httpx.HTTPError:
             return False
 
-    def _worker_ready(self, index: int) -> bool:
+    def _worker_ready(self, name: str) -> bool:
         from celery import current_app as app
 
         try:
-            replies = app.control.ping(destination=[f"runs-{self.port}-{index}@{socket.gethostname()}"], timeout=0.5)
+            replies = app.control.ping(destination=[f"{name}@{socket.gethostname()}"], timeout=0.5)
         except Exception:  # noqa: BLE001 - not up yet
             return False
         return bool(replies)

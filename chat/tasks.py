@@ -6,6 +6,7 @@ from celery import shared_task
 from django.conf import settings
 
 from chat import services
+from chat.webhooks import services as webhooks
 
 
 @shared_task(  # type: ignore[untyped-decorator]
@@ -26,3 +27,9 @@ def run_chat(run_id: str) -> None:
 @shared_task(name="chat.noop", ignore_result=False)  # type: ignore[untyped-decorator]
 def noop() -> None:
     """Does nothing: the benchmark's baseline for a broker round trip."""
+
+
+@shared_task(name="chat.deliver_webhook", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
+def deliver_webhook(delivery_id: str) -> None:
+    """Attempt a webhook delivery if it is due and free; any other message for it does nothing."""
+    webhooks.delivery_attempt(delivery_id=delivery_id)

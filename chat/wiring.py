@@ -18,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from chat.events import EventStream
 from chat.redis_store import RedisCancelSignal, RedisInvocationStore
+from chat.webhooks.services import deliveries_for_run
 from harness.application import ChatApplication, ChatRequest, HarnessSettings
 from harness.audit import AuditSinks
 from harness.context import Budgets
@@ -157,7 +158,7 @@ def audit_sinks() -> DjangoAuditSinks:
 def lifecycle() -> RunLifecycle:
     """Every change of a run's state; each terminal one ends the run's event stream, archives
     it, then calls these hooks in order."""
-    return RunLifecycle(stream=EventStream(), hooks=[])
+    return RunLifecycle(stream=EventStream(), hooks=[deliveries_for_run])
 
 
 @functools.cache

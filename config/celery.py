@@ -21,6 +21,35 @@ def _freeze(**_: object) -> None:
     freeze_startup_objects()
 
 
+@worker_ready.connect  # type: ignore[untyped-decorator]
+def _sweep_webhooks(sender: object = None, **_: object) -> None:
+    """A worker consuming the webhooks queue also re-sends, now and then, deliveries that are due
+    and held by nobody: the database, not a message in Redis, is the schedule's truth."""
+    consumed = getattr(getattr(sender, "task_consumer", None), "queues", None) or []
+    if "webhooks" not in {getattr(queue, "name", "") for queue in consumed}:
+        return
+    import threading
+
+    def loop() -> None:
+        from django.conf import settings
+        from django.db import close_old_connections
+
+        from chat.webhooks.services import deliveries_sweep
+
+        stop = threading.Event()
+        every_s = float(settings.WEBHOOK["SWEEP_S"])  # type: ignore[arg-type]
+        while not stop.wait(every_s):
+            try:
+                close_old_connections()
+                deliveries_sweep()
+            except Exception as exc:  # noqa: BLE001 - the next round tries again
+                import logging
+
+                logging.getLogger(__name__).warning("webhook sweep failed: %s", type(exc).__name__)
+
+    threading.Thread(target=loop, name="webhook-sweep", daemon=True).start()
+
+
 @task_prerun.connect  # type: ignore[untyped-decorator]
 def _fresh_connections(**_: object) -> None:
     """What Django does at the start of every request: drop a connection that is past

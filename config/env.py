@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import secrets
+import time
+from pathlib import Path
 
 
 def env_str(name: str, default: str = "") -> str:
@@ -31,3 +34,22 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if not value or not value.strip():
         return default
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def local_secret(path: Path, *, nbytes: int = 48) -> str:
+    """A random secret kept in ``path`` (created once, readable by its owner only), so that
+    every process of one installation shares it across restarts without any configuration."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        for _ in range(50):  # another process may be writing it this very moment
+            value = path.read_text().strip()
+            if value:
+                return value
+            time.sleep(0.02)
+        raise RuntimeError(f"{path} is empty: delete it to have a new secret generated") from None
+    value = secrets.token_urlsafe(nbytes)
+    with os.fdopen(fd, "w") as out:
+        out.write(value + "\n")
+    return value

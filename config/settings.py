@@ -6,22 +6,23 @@ the offline analyst as the model.
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import dj_database_url
 
-from config.env import env_bool, env_float, env_int, env_list, env_str
+from config.env import env_bool, env_float, env_int, env_list, env_str, local_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-# A random key per process when none is configured: nothing here signs long-lived data with it.
-SECRET_KEY = env_str("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50)
+# Unset: a key generated once into VAR_DIR, so that every process of this installation (web
+# workers, Celery workers) and every restart shares it: admin sessions and stored webhook
+# secrets depend on it. Production sets DJANGO_SECRET_KEY.
+SECRET_KEY = env_str("DJANGO_SECRET_KEY") or local_secret(VAR_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 
 INSTALLED_APPS = [
@@ -139,6 +140,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEO
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT_S", 2.0)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "runs"
+# Webhook attempts wait on other servers: their own queue, served by a thread-pool worker, so a
+# slow receiver never holds up a run.
+CELERY_TASK_ROUTES = {"chat.deliver_webhook": {"queue": "webhooks"}}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_DISABLE_RATE_LIMITS = True  # no task is rate limited: skip the per-task token bucket
 # Celery's Django fixup closes every database connection before and after each task unless this
@@ -185,6 +189,32 @@ LLM = {
 }
 # Runs allowed to wait in the queue before new questions get 503 queue_full.
 MAX_QUEUED_RUNS = env_int("MAX_QUEUED_RUNS", 1_000)
+# Per API key: runs queued or running at once (429 too_many_active_runs), and requests.
+MAX_ACTIVE_RUNS_PER_KEY = env_int("MAX_ACTIVE_RUNS_PER_KEY", 50)
+API_RATE_PER_KEY = env_str("API_RATE_PER_KEY", "1200/min")
+
+# --- webhooks ------------------------------------------------------------------------------
+
+WEBHOOK = {
+    # seals the stored signing secrets; default: derived from the Django secret key
+    "SECRETS_KEY": env_str("WEBHOOK_SECRETS_KEY"),
+    "TIMEOUT_S": env_float("WEBHOOK_TIMEOUT_S", 15.0),
+    # seconds before each attempt after the previous one failed (the Standard Webhooks schedule)
+    "RETRY_SCHEDULE_S": [
+        float(s)
+        for s in env_list(
+            "WEBHOOK_RETRY_SCHEDULE_S", ["0", "5", "300", "1800", "7200", "18000", "36000", "50400", "72000", "86400"]
+        )
+    ],
+    "RETRY_JITTER": env_float("WEBHOOK_RETRY_JITTER", 0.1),
+    "MAX_RETRY_AFTER_S": env_int("WEBHOOK_MAX_RETRY_AFTER_S", 86_400),
+    "SECRET_GRACE_S": env_int("WEBHOOK_SECRET_GRACE_S", 86_400),
+    # how often a webhook worker re-sends deliveries that are due and held by nobody (lost messages)
+    "SWEEP_S": env_float("WEBHOOK_SWEEP_S", 30.0),
+    # besides 80 and 443; and networks webhooks may reach although they are not public
+    "ALLOWED_PORTS": env_list("WEBHOOK_ALLOWED_PORTS", []),
+    "ALLOWED_CIDRS": env_list("WEBHOOK_ALLOWED_CIDRS", []),
+}
 
 # --- REST API ------------------------------------------------------------------------------
 
@@ -196,6 +226,17 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_CLASSES": ["chat.authentication.PerKeyRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"api_key": API_RATE_PER_KEY},
+}
+# Shared by every web process (the per-key request counts): Redis.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "sba",
+        "TIMEOUT": 300,
+    }
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "SuperBizAgent API",

@@ -8,10 +8,11 @@ from urllib.parse import urlparse
 os.environ.setdefault("VAR_DIR", str(os.path.join(os.path.dirname(os.path.dirname(__file__)), "var", "test")))
 
 from config.settings import *  # noqa: F403
-from config.settings import HARNESS
+from config.settings import CACHES, HARNESS
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 CELERY_BROKER_URL = REDIS_URL
+CACHES = {"default": {**CACHES["default"], "LOCATION": REDIS_URL}}
 CELERY_RESULT_BACKEND = REDIS_URL
 _r = urlparse(REDIS_URL)
 EVENTSTREAM_REDIS = {
@@ -24,3 +25,6 @@ EVENTSTREAM_REDIS = {
 EVIDENCE_SOURCE = os.environ.get("EVIDENCE_SOURCE", "example")
 HARNESS = {**HARNESS, "DEADLINE_S": float(os.environ.get("RUN_DEADLINE_S", "60"))}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Limits the tests that need them set themselves.
+API_RATE_PER_KEY = os.environ.get("API_RATE_PER_KEY", "1000000/min")
+MAX_ACTIVE_RUNS_PER_KEY = int(os.environ.get("MAX_ACTIVE_RUNS_PER_KEY", "100000"))

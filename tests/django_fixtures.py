@@ -48,11 +48,13 @@ def service(transactional_db: None, redis_client: Any) -> Any:
 class Caller:
     """An API client bound to one user's key."""
 
-    def __init__(self, user: Any, key: str) -> None:
+    def __init__(self, user: Any, key: str, webhook_secret: str = "") -> None:
         from rest_framework.test import APIClient
 
         self.user = user
         self.key = key
+        #: the key's webhook signing secret (``whsec_…``), as create_api_key prints it
+        self.webhook_secret = webhook_secret
         self.client = APIClient()
         self.client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
 
@@ -67,8 +69,8 @@ class Caller:
 def make_caller(username: str, *, staff: bool = False) -> Caller:
     from chat.services import api_key_create
 
-    key, raw = api_key_create(username=username, staff=staff)
-    return Caller(key.user, raw)
+    key, raw, webhook_secret = api_key_create(username=username, staff=staff)
+    return Caller(key.user, raw, webhook_secret)
 
 
 @pytest.fixture

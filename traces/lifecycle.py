@@ -105,7 +105,7 @@ class RunStream(Protocol):
 
 
 #: called once per terminal transition, after commit, after the stream has ended
-FinishedHook = Callable[[RunEnded], None]
+FinishedHook = Callable[[RunEnded], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +143,8 @@ class RunLifecycle:
         session_id: uuid.UUID | None = None,
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        webhook_url: str = "",
+        api_key_id: int | None = None,
     ) -> Opened:
         """A queued run in the owner's session ``session_id``, or in a new session when none is
         given. A session has one active run at most (:class:`SessionBusy`)."""
@@ -152,6 +154,8 @@ class RunLifecycle:
             "question": question,
             "metadata": dict(metadata or {}),
             "idempotency_key": idempotency_key or None,
+            "webhook_url": webhook_url,
+            "api_key_id": api_key_id,
         }
         try:
             if session_id is not None:

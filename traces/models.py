@@ -61,6 +61,11 @@ class Run(models.Model):
     #: the bounded PublishedResult a later run in the session may read as its PreviousTurn
     published_result = models.JSONField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    #: where ``run.completed`` goes (else to the API key's endpoints); checked when given
+    webhook_url = models.CharField(max_length=2000, blank=True)
+    #: the API key that submitted the run (``chat.ApiKey``; no foreign key: traces does not
+    #: depend on the chat app), for its webhook endpoints and its per-key limits
+    api_key_id = models.PositiveIntegerField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     model_calls = models.PositiveIntegerField(default=0)
     tool_calls = models.PositiveIntegerField(default=0)
@@ -83,6 +88,7 @@ class Run(models.Model):
             models.Index(fields=("session", "intent", "outcome", "-created_at"), name="run_previous_turn"),
             models.Index(fields=("owner", "-created_at"), name="run_owner_recent"),
             models.Index(fields=("status", "created_at"), name="run_status_age"),
+            models.Index(fields=("api_key_id", "status"), name="run_key_status"),
         ]
 
     def __str__(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from datetime import timedelta
@@ -348,8 +349,10 @@ def test_create_api_key_prints_a_key_once_and_stores_only_its_hash(
     service: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     call_command("create_api_key", "--user", "carol", "--staff")
-    raw = capsys.readouterr().out.strip()
+    raw, webhook_secret = capsys.readouterr().out.split()
     assert raw.startswith("sba_") and len(raw) > 40
+    assert webhook_secret.startswith("whsec_") and len(base64.b64decode(webhook_secret[6:])) == 32
     key = ApiKey.objects.get(user__username="carol")
     assert key.user.is_staff and raw not in (key.digest, key.prefix) and key.prefix == raw[:12]
     assert Caller(key.user, raw).get("/api/sessions").status_code == 200
+    assert webhook_secret not in key.webhook_secret  # stored sealed, not as shown

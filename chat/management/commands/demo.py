@@ -65,7 +65,7 @@ class Command(BaseCommand):
         stack = Stack(port=free_port(), env=env, log_dir=settings.VAR_DIR / "logs")
         self.stdout.write("starting Redis (if needed), the ASGI server and a Celery worker…")
         with stack:
-            _, key = api_key_create(username="demo")
+            _, key, _secret = api_key_create(username="demo")
             headers = {"Authorization": f"Bearer {key}"}
             with httpx.Client(base_url=stack.base_url, headers=headers, timeout=httpx.Timeout(10, read=150)) as client:
                 self.stdout.write(f"\nPOST /api/chat  {options['question']}")
