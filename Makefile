@@ -54,11 +54,12 @@ format: $(STAMP) ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(STAMP) ## benchmark the harness alone, retrieval at 10k/100k chunks, then the whole service on MariaDB + Redis
+bench: $(STAMP) ## benchmark the harness alone, retrieval at 10k/100k chunks, the whole service on MariaDB + Redis, webhooks
 	@status=0; \
 	$(BIN)/python -m bench.harness_bench || status=1; \
 	$(BIN)/python -m bench.retrieval_bench || status=1; \
 	$(BIN)/python -m chat.stack ensure-redis && $(BIN)/python -m bench.service_bench || status=1; \
+	$(BIN)/python -m bench.webhook_bench || status=1; \
 	exit $$status
 
 clean: ## remove the virtualenv and caches

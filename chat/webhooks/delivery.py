@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import email.utils
 import enum
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,16 +46,25 @@ class AttemptResult:
     retry_after_s: float | None = None
 
 
-def _client(timeout_s: float) -> httpx.Client:
-    # No keep-alive: a connection is made to a checked address for one request, never reused for
-    # another host that happens to resolve to the same address (TLS was verified for this one).
-    return httpx.Client(
-        timeout=httpx.Timeout(timeout_s),
-        follow_redirects=False,
-        trust_env=False,
-        limits=httpx.Limits(max_keepalive_connections=0),
-        headers={"user-agent": "SuperBizAgent-Webhooks/1"},
-    )
+_shared: httpx.Client | None = None
+_shared_lock = threading.Lock()
+
+
+def _client() -> httpx.Client:
+    """One client per process (its TLS context costs milliseconds to build), shared by threads.
+
+    No keep-alive: a connection is made to a checked address for one request, never reused for
+    another host that happens to resolve to the same address (TLS was verified for this one)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = httpx.Client(
+                follow_redirects=False,
+                trust_env=False,
+                limits=httpx.Limits(max_keepalive_connections=0, max_connections=None),
+                headers={"user-agent": "SuperBizAgent-Webhooks/1"},
+            )
+        return _shared
 
 
 def attempt(
@@ -81,26 +91,27 @@ def attempt(
         return AttemptResult(Verdict.FAILED, took(), error="target_forbidden")
     content = body.encode()
     last = AttemptResult(Verdict.RETRY, took(), error="connect_error")
-    with _client(timeout_s) as client:
-        for address in target.addresses[:3]:
-            request_headers = {**headers, "host": target.host_header, "content-type": "application/json"}
-            try:
-                with client.stream(
-                    "POST",
-                    target.url_for(address),
-                    content=content,
-                    headers=request_headers,
-                    extensions={"sni_hostname": target.host} if target.scheme == "https" else {},
-                ) as response:
-                    excerpt = _excerpt(response)
-                    return _judge(response, excerpt, took(), max_retry_after_s)
-            except httpx.ConnectError:
-                last = AttemptResult(Verdict.RETRY, took(), error="connect_error")
-                continue  # the next checked address, if any
-            except httpx.TimeoutException:
-                return AttemptResult(Verdict.RETRY, took(), error="timeout")
-            except httpx.HTTPError as exc:
-                return AttemptResult(Verdict.RETRY, took(), error=_snake(type(exc).__name__))
+    client = _client()
+    for address in target.addresses[:3]:
+        request_headers = {**headers, "host": target.host_header, "content-type": "application/json"}
+        try:
+            with client.stream(
+                "POST",
+                target.url_for(address),
+                content=content,
+                headers=request_headers,
+                timeout=httpx.Timeout(timeout_s),
+                extensions={"sni_hostname": target.host} if target.scheme == "https" else {},
+            ) as response:
+                excerpt = _excerpt(response)
+                return _judge(response, excerpt, took(), max_retry_after_s)
+        except httpx.ConnectError:
+            last = AttemptResult(Verdict.RETRY, took(), error="connect_error")
+            continue  # the next checked address, if any
+        except httpx.TimeoutException:
+            return AttemptResult(Verdict.RETRY, took(), error="timeout")
+        except httpx.HTTPError as exc:
+            return AttemptResult(Verdict.RETRY, took(), error=_snake(type(exc).__name__))
     return last
 
 
