@@ -274,3 +274,96 @@ def test_ordinary_responses_carry_no_prompt_text_or_tool_payloads(alice: Caller)
     )
     for private in ("HikariPool", "waiting=", "db.pool.max_size", "Connection is not available", "SELECT"):
         assert private not in without_report, private
+
+
+# --- secrets in every input, through a whole run and its webhook --------------------------------
+
+
+def _without(value: Any, *keys: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _without(v, *keys) for k, v in value.items() if k not in keys}
+    if isinstance(value, list):
+        return [_without(v, *keys) for v in value]
+    return value
+
+
+class _ThinkingAloud:
+    """The offline analyst, with provider reasoning that quotes a secret on every answer."""
+
+    def __init__(self, secret: str) -> None:
+        from harness.llm.offline import OfflineAnalyst
+
+        self._inner = OfflineAnalyst()
+        self._secret = secret
+
+    def complete(self, request: Any) -> Any:
+        return replace(self._inner.complete(request), reasoning=f"the operator token is {self._secret}")
+
+
+def test_secrets_in_the_question_the_evidence_and_the_model_output_reach_no_log_and_no_ordinary_response(
+    alice: Caller,
+    staff: Caller,
+    all_logs: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_application: None,
+    settings: Any,
+) -> None:
+    from chat.models import WebhookDelivery
+    from chat.redis_store import RedisInvocationStore
+    from chat.webhooks import services as webhooks
+    from harness import examples
+    from harness.inmemory import InMemoryLogs
+    from harness.llm.base import Models
+    from harness.ports import LogLine
+    from tests.webhook_receiver import receiving
+
+    marker = uuid.uuid4().hex
+    in_question, in_evidence, in_reasoning = f"sk-live-q{marker}", f"password=zq{marker}", f"sk-live-m{marker}"
+    incident = examples.payment_incident()
+    noisy = [
+        *incident.logs.lines,
+        LogLine("2026-11-30T09:58:00Z", "notification-service", "WARN", f"SMTP auth retry user=ops {in_evidence}"),
+    ]
+    monkeypatch.setattr(examples, "payment_incident", lambda: replace(incident, logs=InMemoryLogs(noisy)))
+    monkeypatch.setattr(wiring, "models", lambda: Models.single(_ThinkingAloud(in_reasoning)))
+
+    with receiving() as receiver:
+        settings.WEBHOOK = {
+            **settings.WEBHOOK,
+            "ALLOWED_CIDRS": ["127.0.0.1/32"],
+            "ALLOWED_PORTS": [str(receiver.port)],
+        }
+        monkeypatch.setattr(webhooks, "_nudge", lambda *a, **k: None)
+        response = alice.post(
+            "/api/chat", {"question": f"{DIAGNOSIS} (token {in_question})", "webhook_url": receiver.url("/ok")}
+        )
+        run_id = response.json()["run_id"]
+        services.run_execute(run_id=run_id)
+        webhooks.delivery_attempt(delivery_id=str(WebhookDelivery.objects.get(run_id=run_id).id))
+        (delivered,) = receiver.wait_for(1)
+
+    run = alice.get(f"/api/runs/{run_id}").json()
+    assert run["status"] == "completed" and run["intent"] == "DIAGNOSIS", run
+    # The secrets really went in: the evidence secret was in a tool result, the reasoning was recorded.
+    invocations = [
+        RedisInvocationStore(ttl_s=60).get(run_id, t["tool_call_id"])
+        for t in alice.get(f"/api/runs/{run_id}/trace").json()["tool_invocations"]
+    ]
+    assert any(i is not None and in_evidence in json.dumps(i.raw_result) for i in invocations)
+    assert in_reasoning in json.dumps(staff.get(f"/api/runs/{run_id}/trace/reasoning").json())
+
+    ordinary = {
+        "run": run,
+        "trace": alice.get(f"/api/runs/{run_id}/trace").json(),
+        "sessions": alice.get("/api/sessions").json(),
+        "runs": alice.get(f"/api/sessions/{run['session_id']}/runs").json(),
+        "deliveries": alice.get(f"/api/runs/{run_id}/webhook-deliveries").json(),
+        "webhook": json.loads(delivered.body),
+    }
+    text = json.dumps(ordinary)
+    assert in_evidence not in text and in_reasoning not in text
+    assert alice.key not in text and alice.webhook_secret not in text
+    # the question is the user's own, shown back as asked (and as its session's title), nowhere else
+    assert in_question in text and in_question not in json.dumps(_without(ordinary, "question", "title"))
+    assert_capturing(all_logs)
+    assert leaks(list(all_logs.records), in_question, in_evidence, in_reasoning, alice.key, alice.webhook_secret) == []
