@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from chat import selectors, services
 from chat.authentication import KeyAuth
 from chat.representations import run_resource, session_resource
 from chat.webhooks.services import webhook_url_check
-from core.api import NewestFirst, StrictSerializer, TextField, parse_id
+from core.api import ApiView, NewestFirst, StrictSerializer, TextField, paginated, parse_id
 from harness.application import MAX_QUESTION_CHARS
 from traces.models import Feedback, RunStatus
 
@@ -40,7 +39,8 @@ class RunOutput(serializers.Serializer[Any]):
     links = serializers.JSONField()
 
 
-class ChatApi(APIView):
+class ChatApi(ApiView):
+    @extend_schema_serializer(component_name="ChatInput")
     class InputSerializer(StrictSerializer):
         question = TextField(max_length=MAX_QUESTION_CHARS, trim_whitespace=True)
         session_id = serializers.UUIDField(required=False)
@@ -81,7 +81,7 @@ class ChatApi(APIView):
         return Response(body, status=status.HTTP_202_ACCEPTED if submitted.created else status.HTTP_200_OK)
 
 
-class RunDetailApi(APIView):
+class RunDetailApi(ApiView):
     @extend_schema(responses=RunOutput, summary="Poll a run")
     def get(self, request: Request, run_id: str) -> Response:
         run = selectors.run_get(user=request.user, run_id=parse_id(run_id))
@@ -90,7 +90,7 @@ class RunDetailApi(APIView):
         return Response(run_resource(run))
 
 
-class RunCancelApi(APIView):
+class RunCancelApi(ApiView):
     @extend_schema(request=None, responses={202: RunOutput, 200: RunOutput}, summary="Cancel a run (idempotent)")
     def post(self, request: Request, run_id: str) -> Response:
         run = selectors.run_get(user=request.user, run_id=parse_id(run_id))
@@ -99,7 +99,7 @@ class RunCancelApi(APIView):
         return Response(run_resource(run), status=status.HTTP_200_OK if was_terminal else status.HTTP_202_ACCEPTED)
 
 
-class RunTraceApi(APIView):
+class RunTraceApi(ApiView):
     @extend_schema(
         responses=inline_serializer(
             "RunTrace",
@@ -117,7 +117,7 @@ class RunTraceApi(APIView):
         return Response({"run": run_resource(run), **selectors.run_trace(run=run)})
 
 
-class RunReasoningApi(APIView):
+class RunReasoningApi(ApiView):
     permission_classes = [IsAdminUser]
 
     @extend_schema(
@@ -132,7 +132,8 @@ class RunReasoningApi(APIView):
         return Response({"run_id": str(run.id), "steps": selectors.run_reasoning(run=run)})
 
 
-class FeedbackApi(APIView):
+class FeedbackApi(ApiView):
+    @extend_schema_serializer(component_name="FeedbackInput")
     class InputSerializer(StrictSerializer):
         rating = serializers.ChoiceField(choices=Feedback.Rating.choices)
         comment = TextField(max_length=2_000, required=False, allow_blank=True, default="")
@@ -170,23 +171,27 @@ class SessionOutput(serializers.Serializer[Any]):
     links = serializers.JSONField()
 
 
-class SessionListApi(APIView):
-    @extend_schema(responses=SessionOutput(many=True), summary="Your sessions, newest first (cursor-paginated)")
+class SessionListApi(ApiView):
+    @extend_schema(
+        operation_id="sessions_list",
+        responses=paginated(SessionOutput),
+        summary="Your sessions, newest first (cursor-paginated)",
+    )
     def get(self, request: Request) -> Response:
         paginator = NewestFirst()
         page = paginator.paginate_queryset(selectors.session_list(user=request.user), request, view=self)
         return paginator.get_paginated_response([session_resource(s) for s in page or []])
 
 
-class SessionDetailApi(APIView):
+class SessionDetailApi(ApiView):
     @extend_schema(responses=SessionOutput, summary="One of your sessions")
     def get(self, request: Request, session_id: str) -> Response:
         session = selectors.session_get(user=request.user, session_id=parse_id(session_id))
         return Response(session_resource(session))
 
 
-class SessionRunsApi(APIView):
-    @extend_schema(responses=RunOutput(many=True), summary="A session's runs, newest first (cursor-paginated)")
+class SessionRunsApi(ApiView):
+    @extend_schema(responses=paginated(RunOutput), summary="A session's runs, newest first (cursor-paginated)")
     def get(self, request: Request, session_id: str) -> Response:
         session = selectors.session_get(user=request.user, session_id=parse_id(session_id))
         paginator = NewestFirst()
@@ -194,7 +199,7 @@ class SessionRunsApi(APIView):
         return paginator.get_paginated_response([run_resource(r) for r in page or []])
 
 
-class HealthApi(APIView):
+class HealthApi(ApiView):
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
 
@@ -203,7 +208,7 @@ class HealthApi(APIView):
         return Response({"status": "ok"})
 
 
-class ReadyApi(APIView):
+class ReadyApi(ApiView):
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
 

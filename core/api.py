@@ -13,9 +13,12 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
+from drf_spectacular.utils import inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from core.errors import ApplicationError, ErrorKind, envelope
@@ -162,3 +165,71 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None) 
     if _is_api(request):
         return JsonResponse(envelope("permission_denied", "You are not allowed to do this."), status=403)
     return defaults.permission_denied(request, exception)  # type: ignore[arg-type]
+
+
+#: the statuses any operation may answer with the error envelope (besides its own successes)
+ERROR_STATUSES = {
+    "400": "Invalid request (bad JSON, unknown or invalid fields, a bad id).",
+    "401": "No API key, or an unknown, revoked or malformed one.",
+    "403": "The key may not do this.",
+    "404": "No such object, or not yours.",
+    "405": "Method not allowed here.",
+    "406": "The requested format is not available.",
+    "409": "The object's state forbids this now.",
+    "413": "The request body is too large.",
+    "415": "Unsupported media type.",
+    "422": "Contradicts an earlier request (an Idempotency-Key reused).",
+    "429": "Over a per-key limit; see Retry-After.",
+    "503": "A dependency is unavailable; see Retry-After.",
+}
+
+
+def document_errors(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: the error envelope, and every status above, on
+    every operation (an operation's own documented responses win)."""
+    components = result.setdefault("components", {}).setdefault("schemas", {})
+    components["ErrorEnvelope"] = {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message", "details"],
+                "properties": {
+                    "code": {"type": "string"},
+                    "message": {"type": "string"},
+                    "details": {"type": "object"},
+                },
+            }
+        },
+    }
+    envelope_ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}}}
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            for code, description in ERROR_STATUSES.items():
+                operation["responses"].setdefault(code, {"description": description, **envelope_ref})
+    return result
+
+
+class ApiView(APIView):
+    """DRF's APIView, answering a method it does not serve with 405 before it checks who asks
+    (DRF would check permissions first and answer 403 to a staff-only view's PUT)."""
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        if request.method is None or not hasattr(self, request.method.lower()):
+            raise exceptions.MethodNotAllowed(request.method or "")
+        super().initial(request, *args, **kwargs)
+
+
+def paginated(item: type[serializers.Serializer[Any]]) -> serializers.Serializer[Any]:
+    """The schema of a :class:`NewestFirst` page of ``item``: ``{next, previous, results}``."""
+    return inline_serializer(
+        f"Paginated{item.__name__}",
+        {
+            "next": serializers.URLField(allow_null=True),
+            "previous": serializers.URLField(allow_null=True),
+            "results": item(many=True),
+        },
+    )

@@ -5,16 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.parsers import MultiPartParser
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from core.api import NewestFirst, StrictSerializer, TextField, parse_id
+from core.api import ApiView, NewestFirst, StrictSerializer, TextField, paginated, parse_id
 from knowledge import selectors, services
 from knowledge.models import Document, DocumentStatus
 
@@ -57,16 +56,18 @@ class DocumentOutput(serializers.Serializer[Any]):
     links = serializers.JSONField()
 
 
-class DocumentListApi(APIView):
+class DocumentListApi(ApiView):
     parser_classes = [MultiPartParser]
 
+    @extend_schema_serializer(component_name="DocumentUpload")
     class InputSerializer(StrictSerializer):
         file = serializers.FileField(allow_empty_file=False)
         title = serializers.CharField(required=False, max_length=300, allow_blank=True)
 
     @extend_schema(
         parameters=[OpenApiParameter("status", str, enum=DocumentStatus.values, required=False)],
-        responses=DocumentOutput(many=True),
+        operation_id="documents_list",
+        responses=paginated(DocumentOutput),
         summary="The knowledge base's documents, newest first (cursor-paginated)",
     )
     def get(self, request: Request) -> Response:
@@ -96,7 +97,7 @@ class DocumentListApi(APIView):
         return Response(body, status=status.HTTP_201_CREATED if uploaded.created else status.HTTP_200_OK)
 
 
-class DocumentDetailApi(APIView):
+class DocumentDetailApi(ApiView):
     @extend_schema(responses=DocumentOutput, summary="One document and its indexing status")
     def get(self, request: Request, document_id: str) -> Response:
         document = selectors.document_get(document_id=parse_id(document_id))
@@ -111,7 +112,8 @@ class DocumentDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class KnowledgeSearchApi(APIView):
+class KnowledgeSearchApi(ApiView):
+    @extend_schema_serializer(component_name="KnowledgeSearchInput")
     class InputSerializer(StrictSerializer):
         query = TextField(max_length=MAX_QUERY_CHARS, trim_whitespace=True)
         top_k = serializers.IntegerField(required=False, min_value=1, max_value=20, default=5)
@@ -152,7 +154,7 @@ class KnowledgeSearchApi(APIView):
         )
 
 
-class KnowledgeRebuildApi(APIView):
+class KnowledgeRebuildApi(ApiView):
     permission_classes = [IsAdminUser]
 
     @extend_schema(

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from chat import selectors
 from chat.authentication import KeyAuth
 from chat.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from chat.webhooks import services
-from core.api import NewestFirst, StrictSerializer, TextField, parse_id
+from core.api import ApiView, NewestFirst, StrictSerializer, TextField, paginated, parse_id
 from core.errors import ApplicationError, ErrorKind
 
 
@@ -117,12 +116,17 @@ def _key_id(request: Request) -> int:
     return request.auth.key_id
 
 
-class EndpointListApi(APIView):
+class EndpointListApi(ApiView):
+    @extend_schema_serializer(component_name="WebhookEndpointInput")
     class InputSerializer(StrictSerializer):
         url = TextField(max_length=2000)
         description = TextField(required=False, allow_blank=True, max_length=200)
 
-    @extend_schema(responses=EndpointOutput(many=True), summary="Your webhook endpoints, newest first")
+    @extend_schema(
+        operation_id="webhook_endpoints_list",
+        responses=paginated(EndpointOutput),
+        summary="Your webhook endpoints, newest first",
+    )
     def get(self, request: Request) -> Response:
         paginator = NewestFirst()
         endpoints = WebhookEndpoint.objects.filter(owner_id=request.user.pk)
@@ -146,14 +150,14 @@ class EndpointListApi(APIView):
         return Response({**endpoint_resource(endpoint), "secret": secret}, status=status.HTTP_201_CREATED)
 
 
-class EndpointDetailApi(APIView):
+class EndpointDetailApi(ApiView):
     @extend_schema(responses=EndpointOutput, summary="One of your webhook endpoints")
     def get(self, request: Request, endpoint_id: str) -> Response:
         endpoint = services.endpoint_get(user=request.user, endpoint_id=parse_id(endpoint_id))
         return Response(endpoint_resource(endpoint))
 
 
-class EndpointRotateApi(APIView):
+class EndpointRotateApi(ApiView):
     @extend_schema(
         request=None,
         responses=EndpointWithSecret,
@@ -165,14 +169,14 @@ class EndpointRotateApi(APIView):
         return Response({**endpoint_resource(endpoint), "secret": secret})
 
 
-class EndpointDisableApi(APIView):
+class EndpointDisableApi(ApiView):
     @extend_schema(request=None, responses=EndpointOutput, summary="Stop sending to an endpoint (idempotent)")
     def post(self, request: Request, endpoint_id: str) -> Response:
         endpoint = services.endpoint_get(user=request.user, endpoint_id=parse_id(endpoint_id))
         return Response(endpoint_resource(services.endpoint_disable(endpoint=endpoint)))
 
 
-class RunDeliveriesApi(APIView):
+class RunDeliveriesApi(ApiView):
     @extend_schema(responses=DeliveryOutput(many=True), summary="A run's webhook deliveries and their attempts")
     def get(self, request: Request, run_id: str) -> Response:
         run = selectors.run_get(user=request.user, run_id=parse_id(run_id))
@@ -183,7 +187,7 @@ class RunDeliveriesApi(APIView):
         return Response([delivery_resource(d, attempts[d.id]) for d in deliveries])
 
 
-class RedeliverApi(APIView):
+class RedeliverApi(ApiView):
     @extend_schema(
         request=None, responses={202: DeliveryOutput}, summary="Send a delivery's event again (same webhook-id)"
     )
