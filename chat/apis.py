@@ -14,7 +14,16 @@ from chat import selectors, services
 from chat.authentication import KeyAuth
 from chat.representations import run_resource, session_resource
 from chat.webhooks.services import webhook_url_check
-from core.api import ApiView, NewestFirst, StrictSerializer, TextField, paginated, parse_id
+from core.api import (
+    PAGE_PARAMETERS,
+    ApiView,
+    NewestFirst,
+    PagedApiView,
+    StrictSerializer,
+    TextField,
+    paginated,
+    parse_id,
+)
 from harness.application import MAX_QUESTION_CHARS
 from traces.models import Feedback, RunStatus
 
@@ -171,9 +180,10 @@ class SessionOutput(serializers.Serializer[Any]):
     links = serializers.JSONField()
 
 
-class SessionListApi(ApiView):
+class SessionListApi(PagedApiView):
     @extend_schema(
         operation_id="sessions_list",
+        parameters=list(PAGE_PARAMETERS),
         responses=paginated(SessionOutput),
         summary="Your sessions, newest first (cursor-paginated)",
     )
@@ -190,8 +200,12 @@ class SessionDetailApi(ApiView):
         return Response(session_resource(session))
 
 
-class SessionRunsApi(ApiView):
-    @extend_schema(responses=paginated(RunOutput), summary="A session's runs, newest first (cursor-paginated)")
+class SessionRunsApi(PagedApiView):
+    @extend_schema(
+        parameters=list(PAGE_PARAMETERS),
+        responses=paginated(RunOutput),
+        summary="A session's runs, newest first (cursor-paginated)",
+    )
     def get(self, request: Request, session_id: str) -> Response:
         session = selectors.session_get(user=request.user, session_id=parse_id(session_id))
         paginator = NewestFirst()

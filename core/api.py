@@ -13,7 +13,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
-from drf_spectacular.utils import inline_serializer
+from drf_spectacular.utils import OpenApiParameter, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
@@ -69,10 +69,35 @@ class TextField(serializers.CharField):
 
 
 class NewestFirst(CursorPagination):
+    """Cursor pages, newest first. ``page_size`` must be 1…100 (DRF would ignore a bad one);
+    a cursor that is not one of ours is 404, as DRF answers it."""
+
     ordering = ("-created_at", "-id")
     page_size = 20
     max_page_size = 100
     page_size_query_param = "page_size"
+
+    def get_page_size(self, request: Any) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
+            raise serializers.ValidationError(
+                {self.page_size_query_param: [f"A whole number from 1 to {self.max_page_size}."]}
+            )
+        return int(raw)
+
+
+#: the query parameters of a page (documented on every paginated operation)
+PAGE_PARAMETERS = (
+    OpenApiParameter("cursor", str, required=False, description="The `next` or `previous` link's cursor."),
+    OpenApiParameter("page_size", int, required=False, description="Items per page, 1 to 100 (default 20)."),
+)
+
+
+class UnknownParameter(ApplicationError):
+    code = "unknown_parameter"
+    message = "The request has query parameters this endpoint does not take."
 
 
 def error_response(exc: ApplicationError) -> Response:
@@ -215,12 +240,26 @@ def document_errors(result: dict[str, Any], generator: Any, request: Any, public
 
 class ApiView(APIView):
     """DRF's APIView, answering a method it does not serve with 405 before it checks who asks
-    (DRF would check permissions first and answer 403 to a staff-only view's PUT)."""
+    (DRF would check permissions first and answer 403 to a staff-only view's PUT), and a query
+    parameter it does not read with 400 ``unknown_parameter`` (a misspelt filter must not be
+    silently ignored)."""
+
+    #: the query parameters the view reads
+    query_parameters: frozenset[str] = frozenset()
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         if request.method is None or not hasattr(self, request.method.lower()):
             raise exceptions.MethodNotAllowed(request.method or "")
         super().initial(request, *args, **kwargs)
+        unknown = sorted(set(request.query_params) - self.query_parameters)
+        if unknown:
+            raise UnknownParameter(details={"parameters": [name[:100] for name in unknown[:10]]})
+
+
+class PagedApiView(ApiView):
+    """A view whose GET answers :class:`NewestFirst` pages."""
+
+    query_parameters = frozenset({"cursor", "page_size"})
 
 
 def paginated(item: type[serializers.Serializer[Any]]) -> serializers.Serializer[Any]:

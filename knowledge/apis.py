@@ -13,7 +13,16 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.api import ApiView, NewestFirst, StrictSerializer, TextField, paginated, parse_id
+from core.api import (
+    PAGE_PARAMETERS,
+    ApiView,
+    NewestFirst,
+    PagedApiView,
+    StrictSerializer,
+    TextField,
+    paginated,
+    parse_id,
+)
 from knowledge import selectors, services
 from knowledge.models import Document, DocumentStatus
 
@@ -56,8 +65,9 @@ class DocumentOutput(serializers.Serializer[Any]):
     links = serializers.JSONField()
 
 
-class DocumentListApi(ApiView):
+class DocumentListApi(PagedApiView):
     parser_classes = [MultiPartParser]
+    query_parameters = PagedApiView.query_parameters | {"status"}
 
     @extend_schema_serializer(component_name="DocumentUpload")
     class InputSerializer(StrictSerializer):
@@ -65,13 +75,13 @@ class DocumentListApi(ApiView):
         title = serializers.CharField(required=False, max_length=300, allow_blank=True)
 
     @extend_schema(
-        parameters=[OpenApiParameter("status", str, enum=DocumentStatus.values, required=False)],
+        parameters=[OpenApiParameter("status", str, enum=DocumentStatus.values, required=False), *PAGE_PARAMETERS],
         operation_id="documents_list",
         responses=paginated(DocumentOutput),
         summary="The knowledge base's documents, newest first (cursor-paginated)",
     )
     def get(self, request: Request) -> Response:
-        wanted = request.query_params.get("status") or None
+        wanted = request.query_params.get("status")
         if wanted is not None and wanted not in DocumentStatus.values:
             raise serializers.ValidationError({"status": [f"One of {', '.join(DocumentStatus.values)}."]})
         paginator = NewestFirst()

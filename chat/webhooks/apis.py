@@ -17,7 +17,16 @@ from chat import selectors
 from chat.authentication import KeyAuth
 from chat.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from chat.webhooks import services
-from core.api import ApiView, NewestFirst, StrictSerializer, TextField, paginated, parse_id
+from core.api import (
+    PAGE_PARAMETERS,
+    ApiView,
+    NewestFirst,
+    PagedApiView,
+    StrictSerializer,
+    TextField,
+    paginated,
+    parse_id,
+)
 from core.errors import ApplicationError, ErrorKind
 
 
@@ -116,7 +125,7 @@ def _key_id(request: Request) -> int:
     return request.auth.key_id
 
 
-class EndpointListApi(ApiView):
+class EndpointListApi(PagedApiView):
     @extend_schema_serializer(component_name="WebhookEndpointInput")
     class InputSerializer(StrictSerializer):
         url = TextField(max_length=2000)
@@ -124,6 +133,7 @@ class EndpointListApi(ApiView):
 
     @extend_schema(
         operation_id="webhook_endpoints_list",
+        parameters=list(PAGE_PARAMETERS),
         responses=paginated(EndpointOutput),
         summary="Your webhook endpoints, newest first",
     )

@@ -356,3 +356,20 @@ def test_create_api_key_prints_a_key_once_and_stores_only_its_hash(
     assert key.user.is_staff and raw not in (key.digest, key.prefix) and key.prefix == raw[:12]
     assert Caller(key.user, raw).get("/api/sessions").status_code == 200
     assert webhook_secret not in key.webhook_secret  # stored sealed, not as shown
+
+
+def test_a_query_parameter_an_endpoint_does_not_take_is_refused_not_ignored(alice: Caller) -> None:
+    error = assert_error(alice.get("/api/sessions?page_sise=5"), 400, "unknown_parameter")
+    assert error["details"] == {"parameters": ["page_sise"]}
+    assert_error(alice.get("/api/runs/00000000-0000-0000-0000-000000000000?verbose=1"), 400, "unknown_parameter")
+    assert alice.get("/api/sessions?page_size=5").status_code == 200
+
+
+@pytest.mark.parametrize("size", ["0", "101", "-1", "ten", ""])
+def test_a_page_size_out_of_range_is_refused(alice: Caller, size: str) -> None:
+    assert_error(alice.get(f"/api/sessions?page_size={size}"), 400, "invalid_request")
+
+
+def test_a_method_an_endpoint_does_not_serve_is_405_even_where_staff_are_required(alice: Caller) -> None:
+    assert_error(alice.client.put("/api/knowledge/rebuild"), 405, "method_not_allowed")
+    assert_error(alice.client.delete("/api/chat"), 405, "method_not_allowed")
