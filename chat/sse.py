@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
+import redis
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -47,6 +48,7 @@ from django_eventstream.views import Listener, get_listener_manager
 
 from chat.authentication import cached_user_for_key, key_from_header, user_for_key
 from chat.events import TERMINAL_EVENT, RunEventStorage, channel_for, events_key, owner_key
+from chat.models import RunEvent
 from core.errors import envelope
 from traces.models import Run
 
@@ -91,6 +93,8 @@ INVALID_ID = Refusal(400, "invalid_id", "The id in the URL is not a valid UUID."
 INVALID_LAST_ID = Refusal(400, "invalid_last_event_id", "Last-Event-ID must be an event id from this stream.")
 METHOD_NOT_ALLOWED = Refusal(405, "method_not_allowed", "This method is not allowed here.")
 FINISHED = Refusal(204)
+UNAVAILABLE = Refusal(503, "stream_unavailable", "The live stream is unavailable; try again shortly.")
+FAILED = Refusal(500, "internal_error", "The server failed; the error was logged.")
 
 
 def _aredis() -> aioredis.Redis:
@@ -127,7 +131,10 @@ async def _authorise(authorization: str | None, run_key: str) -> Any:
     )
     if user is None:
         return INVALID_KEY
-    owner = await _aredis().get(owner_key(run_key))
+    try:
+        owner = await _aredis().get(owner_key(run_key))
+    except redis.RedisError:  # Redis down: the database knows who owns the run
+        owner = None
     if owner is not None and (user.is_staff or int(owner) == user.pk):
         return user
     if await sync_to_async(_owns_in_db, thread_sensitive=False)(user, run_key):
@@ -135,12 +142,27 @@ async def _authorise(authorization: str | None, run_key: str) -> Any:
     return NOT_FOUND
 
 
+def _archived(channel: str, run_key: str, last_id: int, limit: int) -> list[Event]:
+    close_old_connections()
+    rows = RunEvent.objects.filter(run_id=run_key, seq__gt=last_id).order_by("seq")[:limit]
+    return [Event(channel, row.event_type, row.data, id=row.seq) for row in rows]
+
+
+def _archived_newest(run_key: str) -> tuple[int, str | None]:
+    close_old_connections()
+    row = RunEvent.objects.filter(run_id=run_key).order_by("-seq").values_list("seq", "event_type").first()
+    return (row[0], row[1]) if row else (0, None)
+
+
 async def _read(storage: RunEventStorage, channel: str, run_key: str, last_id: int, limit: int) -> list[Event]:
     """Events after ``last_id``: from the live Redis list, or from the archived rows."""
     pipe = _aredis().pipeline(transaction=False)
     pipe.exists(events_key(run_key))
     pipe.lrange(events_key(run_key), last_id, last_id + limit - 1)
-    live, items = await pipe.execute()
+    try:
+        live, items = await pipe.execute()
+    except redis.RedisError:
+        return await sync_to_async(_archived, thread_sensitive=False)(channel, run_key, last_id, limit)
     if live:
         return [
             Event(channel, (p := orjson.loads(item))["t"], p["d"], id=last_id + i + 1) for i, item in enumerate(items)
@@ -149,21 +171,36 @@ async def _read(storage: RunEventStorage, channel: str, run_key: str, last_id: i
     return events
 
 
-async def _newest(storage: RunEventStorage, channel: str, run_key: str) -> tuple[int, str | None]:
+async def _newest(storage: RunEventStorage, channel: str, run_key: str) -> tuple[int, str | None, bool]:
+    """The id and type of the newest event, and whether Redis answered."""
     pipe = _aredis().pipeline(transaction=False)
     pipe.llen(events_key(run_key))
     pipe.lindex(events_key(run_key), -1)
-    count, last = await pipe.execute()
+    try:
+        count, last = await pipe.execute()
+    except redis.RedisError:
+        return (*await sync_to_async(_archived_newest, thread_sensitive=False)(run_key), False)
     if count:
-        return int(count), orjson.loads(last)["t"]
+        return int(count), orjson.loads(last)["t"], True
     newest: tuple[int, str | None] = await sync_to_async(storage.last_event, thread_sensitive=False)(channel)
-    return newest
+    return (*newest, True)
 
 
 async def open_stream(
     run_id: str, authorization: str | None, last_event_id: str | None
 ) -> Refusal | AsyncIterator[str]:
-    """Check everything, then return the stream (or why there is none)."""
+    """Check everything, then return the stream (or why there is none). Nothing here raises:
+    a failure is logged by its type and answered with the error envelope."""
+    try:
+        return await _open_stream(run_id, authorization, last_event_id)
+    except Exception as exc:  # noqa: BLE001 - never a traceback, never a plain-text 500
+        logger.warning("run stream %s could not be opened: %s", run_id[:40], type(exc).__name__)
+        return FAILED
+
+
+async def _open_stream(
+    run_id: str, authorization: str | None, last_event_id: str | None
+) -> Refusal | AsyncIterator[str]:
     try:
         run_key = str(uuid.UUID(run_id))
     except ValueError:
@@ -177,9 +214,12 @@ async def open_stream(
         return INVALID_LAST_ID
     storage = RunEventStorage()
     channel = channel_for(run_key)
-    newest, newest_type = await _newest(storage, channel, run_key)
+    newest, newest_type, live = await _newest(storage, channel, run_key)
     if newest_type == TERMINAL_EVENT and last_id >= newest:
         return FINISHED
+    if newest_type != TERMINAL_EVENT and not live:
+        # A run that has not ended is followed through Redis; its archive comes at its end.
+        return UNAVAILABLE
     return _stream(storage, channel, run_key, last_id, user.pk)
 
 
@@ -278,6 +318,8 @@ async def serve_stream(scope: dict[str, Any], receive: Any, send: Any, run_id: s
         headers = [(b"content-type", b"application/json")] if body else []
         if opened.status == 401:
             headers.append((b"www-authenticate", b'Bearer realm="api"'))
+        if opened.status == 503:
+            headers.append((b"retry-after", b"5"))
         await send({"type": "http.response.start", "status": opened.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
         return
@@ -319,6 +361,8 @@ async def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
         response: HttpResponseBase = JsonResponse(envelope(opened.code, opened.message), status=opened.status)
         if opened.status == 401:
             response["WWW-Authenticate"] = 'Bearer realm="api"'
+        if opened.status == 503:
+            response["Retry-After"] = "5"
         return response
     response = StreamingHttpResponse(opened, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"

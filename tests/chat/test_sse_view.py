@@ -211,3 +211,55 @@ def test_the_view_streams_under_a_synchronous_handler(alice: Caller, finished_ru
     assert response.status_code == 200
     body = b"".join(response)  # what a WSGI server does with the response
     assert parse(body) == stored(finished_run)
+
+
+# --- with Redis down ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def redis_down(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Iterator[None]:
+    """The stream's Redis client points where nothing listens (the database stays up)."""
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    sse._client_for.cache_clear()
+    yield
+    sse._client_for.cache_clear()
+
+
+def test_with_redis_down_a_finished_run_is_served_from_its_archived_rows(
+    alice: Caller, finished_run: str, redis_down: None
+) -> None:
+    archived = [(e.seq, e.event_type, e.data) for e in RunEvent.objects.filter(run_id=finished_run).order_by("seq")]
+
+    response, body = request(f"/api/runs/{finished_run}/events", headers=auth(alice))
+
+    assert response.status_code == 200 and parse(body) == archived and archived[-1][1] == "done"
+
+
+def test_with_redis_down_a_live_run_answers_503_in_the_envelope_not_a_traceback(
+    alice: Caller, redis_down: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chat import wiring
+
+    run_id = str(wiring.lifecycle().open(owner=alice.user, question=DIAGNOSIS).run.id)
+
+    response, body = request(f"/api/runs/{run_id}/events", headers=auth(alice))
+
+    assert_refusal(response, body, 503, "stream_unavailable")
+    assert response["Retry-After"] == "5"
+    assert b"Traceback" not in body
+    _, other = request(f"/api/runs/{uuid.uuid4()}/events", headers=auth(alice))
+    assert json.loads(other)["error"]["code"] == "not_found"  # ownership still checked, in the database
+
+
+def test_a_stream_that_cannot_be_opened_for_any_reason_is_a_500_envelope(
+    alice: Caller, finished_run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(*args: Any) -> Any:
+        raise RuntimeError("secret detail: redis://user:pw@internal")
+
+    monkeypatch.setattr(sse, "_newest", broken)
+
+    response, body = request(f"/api/runs/{finished_run}/events", headers=auth(alice))
+
+    assert_refusal(response, body, 500, "internal_error")
+    assert b"secret detail" not in body and b"Traceback" not in body
