@@ -24,6 +24,8 @@ QUESTIONS = {
     "SYSTEM_CHAT": "hello, what can you do?",
     "DIAGNOSIS": "Payments are timing out since 10:00 UTC, please investigate",
 }
+#: the benchmarks measure the service, not its per-key limits (the rate check itself still runs)
+UNLIMITED = {"API_RATE_PER_KEY": "100000000/min", "MAX_ACTIVE_RUNS_PER_KEY": "1000000"}
 TARGET_RATIO = {"SYSTEM_CHAT": 10.0, "DIAGNOSIS": 25.0}
 TARGET_RATE = {"SYSTEM_CHAT": 110.0, "DIAGNOSIS": 25.0}
 
@@ -45,6 +47,27 @@ def _prepare_database(url: str) -> None:
         cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
         cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
         conn.close()
+
+
+def prepared_service(database_url: str) -> str:
+    """A fresh benchmark database, migrated, and an empty benchmark Redis database, with Django
+    set up on them in this process; returns the Redis URL."""
+    redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+    os.environ.update(
+        {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "config.settings"}
+    )
+    _prepare_database(database_url)
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from chat.redis_store import client as redis_client
+
+    call_command("migrate", interactive=False, verbosity=0)
+    redis_client().flushdb()
+    return redis_url
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -101,26 +124,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     database_url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB)
-    redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
-    os.environ.update(
-        {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "config.settings"}
-    )
-    _prepare_database(database_url)
-
-    import django
-
-    django.setup()
+    redis_url = prepared_service(database_url)
     import httpx
-    from django.core.management import call_command
 
-    from chat.redis_store import client as redis_client
     from chat.services import api_key_create
     from chat.stack import Stack, free_port
 
-    call_command("migrate", interactive=False, verbosity=0)
-    redis_client().flushdb()
     # The bundled in-memory incident: the figures measure the service, not the evidence stores.
-    env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "LOG_LEVEL": "WARNING", "EVIDENCE_SOURCE": "example"}
+    env = {
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "LOG_LEVEL": "WARNING",
+        "EVIDENCE_SOURCE": "example",
+        **UNLIMITED,
+    }
     stack = Stack(port=free_port(), env=env, web_workers=args.web_workers, worker_concurrency=args.worker_concurrency)
     results: dict[str, Any] = {}
     with stack:

@@ -24,7 +24,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from bench.service_bench import _prepare_database, percentile
+from bench.service_bench import UNLIMITED, percentile, prepared_service
 
 DEFAULT_DB = "mysql://root@127.0.0.1:3306/sba_bench_webhooks"
 TARGET_DELAY_MS = 100.0
@@ -80,25 +80,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     database_url = os.environ.get("BENCH_WEBHOOK_DATABASE_URL", DEFAULT_DB)
-    redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
-    os.environ.update(
-        {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "config.settings"}
-    )
-    _prepare_database(database_url)
-
-    import django
-
-    django.setup()
+    redis_url = prepared_service(database_url)
     import httpx
-    from django.core.management import call_command
     from standardwebhooks.webhooks import Webhook
 
-    from chat.redis_store import client as redis_client
     from chat.services import api_key_create
     from chat.stack import Stack, free_port
 
-    call_command("migrate", interactive=False, verbosity=0)
-    redis_client().flushdb()
     inbox = Inbox()
     server = receiver(inbox)
     port = server.server_address[1]
@@ -109,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "EVIDENCE_SOURCE": "example",
         "WEBHOOK_ALLOWED_CIDRS": "127.0.0.1/32",
         "WEBHOOK_ALLOWED_PORTS": str(port),
+        **UNLIMITED,
     }
     hook = f"http://127.0.0.1:{port}/hook"
     delays: list[float] = []

@@ -227,17 +227,8 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "core.api.exception_handler",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_THROTTLE_CLASSES": ["chat.authentication.PerKeyRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"api_key": API_RATE_PER_KEY},
 }
-# Shared by every web process (the per-key request counts): Redis.
-CACHES = {
-    "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "sba",
-        "TIMEOUT": 300,
-    }
-}
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "SuperBizAgent API",
     "DESCRIPTION": "Traceable fault diagnosis: ask a question, follow the run, read the verified result.",

@@ -8,11 +8,10 @@ from urllib.parse import urlparse
 os.environ.setdefault("VAR_DIR", str(os.path.join(os.path.dirname(os.path.dirname(__file__)), "var", "test")))
 
 from config.settings import *  # noqa: F403
-from config.settings import CACHES, HARNESS
+from config.settings import HARNESS
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 CELERY_BROKER_URL = REDIS_URL
-CACHES = {"default": {**CACHES["default"], "LOCATION": REDIS_URL}}
 CELERY_RESULT_BACKEND = REDIS_URL
 _r = urlparse(REDIS_URL)
 EVENTSTREAM_REDIS = {

@@ -128,13 +128,13 @@ def test_a_key_with_too_many_active_runs_gets_429(alice: Caller, bob: Caller, se
 def test_a_key_over_its_request_rate_gets_429_whichever_process_it_asks(
     alice: Caller, bob: Caller, settings: Any
 ) -> None:
-    settings.API_RATE_PER_KEY = "3/min"
+    settings.API_RATE_PER_KEY = "3/hour"  # one window for the whole test
     assert [alice.get("/api/sessions").status_code for _ in range(3)] == [200, 200, 200]
 
     throttled = alice.get("/api/sessions")
 
     assert_error(throttled, 429, "rate_limited")
-    assert 0 < int(throttled["Retry-After"]) <= 60
+    assert 0 < int(throttled["Retry-After"]) <= 3_600
     assert bob.get("/api/sessions").status_code == 200
     # the count is in Redis, shared by every web process: a fresh client of the same key is counted too
     assert Caller(alice.user, alice.key).get("/api/sessions").status_code == 429
