@@ -32,7 +32,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 
-from chat.models import ApiKey, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from chat.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from chat.representations import run_resource
 from chat.webhooks import delivery as http
 from chat.webhooks import signing
@@ -266,7 +266,7 @@ def delivery_redeliver(*, user: Any, delivery_id: uuid.UUID) -> WebhookDelivery:
     return delivery
 
 
-# --- endpoints and keys --------------------------------------------------------------------
+# --- endpoints ------------------------------------------------------------------------------
 
 
 def endpoint_create(*, user: Any, api_key_id: int, url: str, description: str = "") -> tuple[WebhookEndpoint, str]:
@@ -305,10 +305,3 @@ def endpoint_disable(*, endpoint: WebhookEndpoint) -> WebhookEndpoint:
         endpoint.disabled_reason = "disabled"
         endpoint.save(update_fields=["disabled_at", "disabled_reason"])
     return endpoint
-
-
-def api_key_webhook_secret(*, key: ApiKey) -> str:
-    """A new signing secret for the key's request-level webhooks, returned once."""
-    secret = signing.new_secret()
-    ApiKey.objects.filter(pk=key.pk).update(webhook_secret=signing.seal(secret))
-    return secret
