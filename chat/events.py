@@ -82,8 +82,7 @@ class RunEventStorage(StorageBase):  # type: ignore[misc]
         live, items = pipe.execute()
         if live:
             return [_event(channel, last_id + i + 1, item) for i, item in enumerate(items)]
-        rows = RunEvent.objects.filter(run_id=run_id, seq__gt=last_id).order_by("seq")[:limit]
-        return [Event(channel, row.event_type, row.data, id=row.seq) for row in rows]
+        return archived_events(channel, run_id, last_id, limit)
 
     def last_event(self, channel: str) -> tuple[int, str | None]:
         """The id and type of the channel's newest event (0, None when there is none)."""
@@ -96,8 +95,7 @@ class RunEventStorage(StorageBase):  # type: ignore[misc]
         count, last = pipe.execute()
         if count:
             return int(count), orjson.loads(last)["t"]
-        row = RunEvent.objects.filter(run_id=run_id).order_by("-seq").values_list("seq", "event_type").first()
-        return (row[0], row[1]) if row else (0, None)
+        return archived_last_event(run_id)
 
     def get_current_id(self, channel: str) -> int:
         run_id = run_id_of(channel)
@@ -108,6 +106,18 @@ class RunEventStorage(StorageBase):  # type: ignore[misc]
             return count
         current: int | None = RunEvent.objects.filter(run_id=run_id).aggregate(m=Max("seq"))["m"]
         return current or 0
+
+
+def archived_events(channel: str, run_id: uuid.UUID | str, last_id: int, limit: int) -> list[Event]:
+    """The run's archived events after ``last_id``, from its rows."""
+    rows = RunEvent.objects.filter(run_id=run_id, seq__gt=last_id).order_by("seq")[:limit]
+    return [Event(channel, row.event_type, row.data, id=row.seq) for row in rows]
+
+
+def archived_last_event(run_id: uuid.UUID | str) -> tuple[int, str | None]:
+    """The id and type of the run's newest archived event (0, None when there is none)."""
+    row = RunEvent.objects.filter(run_id=run_id).order_by("-seq").values_list("seq", "event_type").first()
+    return (row[0], row[1]) if row else (0, None)
 
 
 def events_key(run_id: uuid.UUID | str) -> str:

@@ -47,8 +47,15 @@ from django_eventstream.utils import sse_encode_event
 from django_eventstream.views import Listener, get_listener_manager
 
 from chat.authentication import cached_user_for_key, key_from_header, user_for_key
-from chat.events import TERMINAL_EVENT, RunEventStorage, channel_for, events_key, owner_key
-from chat.models import RunEvent
+from chat.events import (
+    TERMINAL_EVENT,
+    RunEventStorage,
+    archived_events,
+    archived_last_event,
+    channel_for,
+    events_key,
+    owner_key,
+)
 from core.errors import envelope
 from traces.models import Run
 
@@ -144,14 +151,12 @@ async def _authorise(authorization: str | None, run_key: str) -> Any:
 
 def _archived(channel: str, run_key: str, last_id: int, limit: int) -> list[Event]:
     close_old_connections()
-    rows = RunEvent.objects.filter(run_id=run_key, seq__gt=last_id).order_by("seq")[:limit]
-    return [Event(channel, row.event_type, row.data, id=row.seq) for row in rows]
+    return archived_events(channel, run_key, last_id, limit)
 
 
 def _archived_newest(run_key: str) -> tuple[int, str | None]:
     close_old_connections()
-    row = RunEvent.objects.filter(run_id=run_key).order_by("-seq").values_list("seq", "event_type").first()
-    return (row[0], row[1]) if row else (0, None)
+    return archived_last_event(run_key)
 
 
 async def _read(storage: RunEventStorage, channel: str, run_key: str, last_id: int, limit: int) -> list[Event]:
