@@ -187,6 +187,19 @@ LLM = {
         for role in ("router", "agent", "guard")
     },
 }
+# Upkeep, done by every runs worker (and by `manage.py sweep_stale_runs --every S`): a worker
+# marks the runs it executes alive every HEARTBEAT_S; a running run silent for
+# HEARTBEAT_TIMEOUT_S is failed (worker_lost); a queued run whose task nobody took for
+# QUEUE_REPUBLISH_S is published again, and failed (queue_lost) once it has waited QUEUE_LOST_S.
+# On SIGTERM a worker lets its run go on for SHUTDOWN_GRACE_S, then ends it (worker_shutdown).
+RUN_UPKEEP = {
+    "HEARTBEAT_S": env_float("RUN_HEARTBEAT_S", 2.0),
+    "HEARTBEAT_TIMEOUT_S": env_float("RUN_HEARTBEAT_TIMEOUT_S", 15.0),
+    "SWEEP_S": env_float("RUN_SWEEP_S", 5.0),
+    "QUEUE_REPUBLISH_S": env_float("QUEUE_REPUBLISH_S", 30.0),
+    "QUEUE_LOST_S": env_float("QUEUE_LOST_S", 600.0),
+    "SHUTDOWN_GRACE_S": env_float("WORKER_SHUTDOWN_GRACE_S", 10.0),
+}
 # Runs allowed to wait in the queue before new questions get 503 queue_full.
 MAX_QUEUED_RUNS = env_int("MAX_QUEUED_RUNS", 1_000)
 # Per API key: runs queued or running at once (429 too_many_active_runs), and requests.

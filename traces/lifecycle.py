@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from core.errors import ApplicationError, ErrorKind, NotFound
@@ -44,7 +45,7 @@ from traces.sql import fast_insert, run_table, uuid_hex, when
 
 logger = logging.getLogger(__name__)
 
-#: How long past its deadline a running run may go silent before it is declared lost.
+#: How long past its deadline a running run may go on (heartbeat or not) before it is declared lost.
 STALE_GRACE = timedelta(seconds=60)
 FAILURE_MESSAGE_CHARS = 300
 SESSION_TITLE_CHARS = 80
@@ -69,6 +70,7 @@ class EndCause(enum.StrEnum):
     CANCELLED = "cancelled"  # cancelled while still queued
     NOT_QUEUED = "not_queued"  # the task could not be enqueued
     WORKER_LOST = "worker_lost"  # swept: its worker is gone
+    QUEUE_LOST = "queue_lost"  # swept: its task never reached a worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,19 @@ class RunStream(Protocol):
 FinishedHook = Callable[[RunEnded], object]
 
 
+@dataclass(slots=True)
+class Swept:
+    """What one sweep did."""
+
+    lost: int = 0
+    republished: int = 0
+    expired: int = 0
+
+    @property
+    def ended(self) -> int:
+        return self.lost + self.expired
+
+
 @dataclass(frozen=True, slots=True)
 class Opened:
     run: Run
@@ -116,11 +131,19 @@ class Opened:
 
 
 class RunLifecycle:
-    """Every transition of a run. ``stream`` None: nothing is streamed (a store used alone)."""
+    """Every transition of a run. ``stream`` None: nothing is streamed (a store used alone);
+    ``publish`` (re-)publishes a queued run's task, None: the sweep does not re-publish."""
 
-    def __init__(self, *, stream: RunStream | None = None, hooks: Sequence[FinishedHook] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        stream: RunStream | None = None,
+        hooks: Sequence[FinishedHook] = (),
+        publish: Callable[[uuid.UUID], object] | None = None,
+    ) -> None:
         self._stream = stream
         self._hooks = tuple(hooks)
+        self._publish = publish
 
     # --- creation ---------------------------------------------------------------------
 
@@ -156,6 +179,9 @@ class RunLifecycle:
             "idempotency_key": idempotency_key or None,
             "webhook_url": webhook_url,
             "api_key_id": api_key_id,
+            # the caller publishes it right after: a lost message is re-published from here on
+            "published_at": timezone.now(),
+            "publishes": 1,
         }
         try:
             if session_id is not None:
@@ -202,8 +228,14 @@ class RunLifecycle:
         created already running."""
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {run_table()} SET status = %s, started_at = %s WHERE id = %s AND status = %s",  # noqa: S608
-                [RunStatus.RUNNING.value, when(start.started_at), uuid_hex(start.run_id), RunStatus.QUEUED.value],
+                f"UPDATE {run_table()} SET status = %s, started_at = %s, heartbeat_at = %s WHERE id = %s AND status = %s",  # noqa: S608
+                [
+                    RunStatus.RUNNING.value,
+                    when(start.started_at),
+                    when(timezone.now()),
+                    uuid_hex(start.run_id),
+                    RunStatus.QUEUED.value,
+                ],
             )
             if cursor.rowcount:
                 return True
@@ -217,6 +249,7 @@ class RunLifecycle:
                 run_id=uuid.UUID(start.run_id),
                 status=RunStatus.RUNNING,
                 started_at=start.started_at,
+                heartbeat_at=timezone.now(),
             )
         except IntegrityError:
             return False
@@ -294,33 +327,75 @@ class RunLifecycle:
             cause=EndCause.CANCELLED,
         )
 
-    def sweep(self, *, run_id: uuid.UUID | None = None) -> int:
-        """Fail runs whose worker is gone: running past deadline + grace, or queued past the time
-        the broker would have redelivered them. Returns how many were ended."""
+    def heartbeat(self, run_ids: Sequence[str]) -> set[str]:
+        """Mark running runs as alive (their worker is executing them). Returns those of
+        ``run_ids`` that are no longer running: someone else ended them."""
+        if not run_ids:
+            return set()
+        marks = ", ".join(["%s"] * len(run_ids))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {run_table()} SET heartbeat_at = %s WHERE status = %s AND id IN ({marks})",  # noqa: S608
+                [when(timezone.now()), RunStatus.RUNNING.value, *(uuid_hex(r) for r in run_ids)],
+            )
+            if cursor.rowcount == len(run_ids):
+                return set()
+        alive = Run.objects.filter(id__in=run_ids, status=RunStatus.RUNNING).values_list("id", flat=True)
+        return set(run_ids) - {str(r) for r in alive}
+
+    def sweep(self, *, run_id: uuid.UUID | None = None) -> Swept:
+        """End or re-publish runs nobody is working on:
+
+        - running, and its worker has been silent for ``RUN_HEARTBEAT_TIMEOUT_S`` (or it is past
+          its deadline plus a grace): failed, ``worker_lost``;
+        - queued, and its message has not been taken for ``QUEUE_REPUBLISH_S``: published again
+          (a duplicate is harmless, the claim is once), until it has waited ``QUEUE_LOST_S``:
+          then failed, ``queue_lost``.
+        """
         now = timezone.now()
-        deadline = timedelta(seconds=settings.RUN_DEADLINE_S)
-        redelivery = timedelta(seconds=settings.CELERY_VISIBILITY_TIMEOUT_S)
-        stale = {
-            RunStatus.RUNNING: Run.objects.filter(
-                status=RunStatus.RUNNING, started_at__lt=now - deadline - STALE_GRACE
-            ),
-            RunStatus.QUEUED: Run.objects.filter(
-                status=RunStatus.QUEUED, created_at__lt=now - redelivery - deadline - STALE_GRACE
-            ),
-        }
-        ended = 0
-        for status, runs in stale.items():
-            if run_id is not None:
-                runs = runs.filter(id=run_id)
-            for stale_id in runs.values_list("id", flat=True):
-                ended += self.fail(
-                    run_id=stale_id,
-                    from_status=status,
-                    code="worker_lost",
-                    message="The worker running this run was lost.",
-                    cause=EndCause.WORKER_LOST,
+        upkeep = settings.RUN_UPKEEP
+        silent = now - timedelta(seconds=upkeep["HEARTBEAT_TIMEOUT_S"])
+        overdue = now - timedelta(seconds=settings.RUN_DEADLINE_S) - STALE_GRACE
+        running = Run.objects.filter(status=RunStatus.RUNNING).filter(
+            Q(heartbeat_at__lt=silent) | Q(heartbeat_at__isnull=True, started_at__lt=silent) | Q(started_at__lt=overdue)
+        )
+        unclaimed = now - timedelta(seconds=upkeep["QUEUE_REPUBLISH_S"])
+        queued = Run.objects.filter(status=RunStatus.QUEUED).filter(
+            Q(published_at__lt=unclaimed) | Q(published_at__isnull=True, created_at__lt=unclaimed)
+        )
+        if run_id is not None:
+            running, queued = running.filter(id=run_id), queued.filter(id=run_id)
+        swept = Swept()
+        for stale_id in running.values_list("id", flat=True):
+            swept.lost += self.fail(
+                run_id=stale_id,
+                from_status=RunStatus.RUNNING,
+                code="worker_lost",
+                message="The worker running this run was lost.",
+                cause=EndCause.WORKER_LOST,
+            )
+        expired = now - timedelta(seconds=upkeep["QUEUE_LOST_S"])
+        for waiting_id, created_at, published_at in queued.values_list("id", "created_at", "published_at")[:500]:
+            if created_at < expired:
+                swept.expired += self.fail(
+                    run_id=waiting_id,
+                    from_status=RunStatus.QUEUED,
+                    code="queue_lost",
+                    message="The run's task was lost by the queue and it could not be started.",
+                    cause=EndCause.QUEUE_LOST,
                 )
-        return ended
+            elif self._publish is not None and self._republish(waiting_id, published_at, now):
+                swept.republished += 1
+        return swept
+
+    def _republish(self, run_id: uuid.UUID, published_at: datetime | None, now: datetime) -> bool:
+        """Publish a queued run's task again, once per period whoever else sweeps."""
+        same = Run.objects.filter(id=run_id, status=RunStatus.QUEUED, published_at=published_at)
+        won = same.update(published_at=now, publishes=F("publishes") + 1)
+        if not won:
+            return False
+        assert self._publish is not None
+        return self._quietly("republish", run_id, functools.partial(self._publish, run_id))
 
     # --- the end ------------------------------------------------------------------------
 

@@ -73,6 +73,12 @@ class Run(models.Model):
     output_tokens = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    #: queued: when its task was last published; ``publishes`` counts how often (re-published
+    #: by the sweeper when the broker lost the message)
+    published_at = models.DateTimeField(null=True, blank=True)
+    publishes = models.PositiveSmallIntegerField(default=0)
+    #: running: when its worker last said it is alive (a silent run's worker is lost)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.FloatField(null=True, blank=True)
     model_ms = models.FloatField(null=True, blank=True)

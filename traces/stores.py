@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from harness.ports import (
@@ -119,7 +119,14 @@ class DjangoRunStore:
         self.lifecycle.record_intent(run_id=run_id, intent=intent)
 
     def finish_run(self, finish: RunFinish) -> bool:
-        return self.lifecycle.complete(run_id=finish.run_id, result=finish.result, finished_at=finish.finished_at)
+        try:
+            return self.lifecycle.complete(run_id=finish.run_id, result=finish.result, finished_at=finish.finished_at)
+        except (OperationalError, InterfaceError):
+            # The connection dropped (a database restart, a network blip). The update is
+            # conditional, so it is safe once more, on a new connection.
+            logger.warning("run %s: the database connection dropped; finishing on a new one", finish.run_id)
+            connection.close()
+            return self.lifecycle.complete(run_id=finish.run_id, result=finish.result, finished_at=finish.finished_at)
 
 
 class DjangoAuditSinks:

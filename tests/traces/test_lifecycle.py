@@ -159,12 +159,71 @@ def test_a_sweep_ends_a_lost_run_once_and_a_second_sweep_finds_nothing(
     Run.objects.filter(id=run.id).update(started_at=timezone.now() - timedelta(seconds=settings.RUN_DEADLINE_S + 61))
     fresh = running(lifecycle, queued(lifecycle, owner, "another question"))
 
-    assert lifecycle.sweep() == 1
-    assert lifecycle.sweep() == 0
+    assert lifecycle.sweep().lost == 1
+    assert lifecycle.sweep().ended == 0
 
     ended = assert_ended_once(recorder, run)
     assert ended.failure_code == "worker_lost" and ended.cause is EndCause.WORKER_LOST
     assert Run.objects.get(id=fresh.id).status == RunStatus.RUNNING
+
+
+def test_a_run_whose_worker_stops_beating_is_lost_in_seconds_not_at_its_deadline(
+    lifecycle: RunLifecycle, recorder: Recorder, owner: Any, settings: Any
+) -> None:
+    settings.RUN_UPKEEP = {**settings.RUN_UPKEEP, "HEARTBEAT_TIMEOUT_S": 5.0}
+    silent = running(lifecycle, queued(lifecycle, owner))
+    beating = running(lifecycle, queued(lifecycle, owner, "another question"))
+    six_seconds_ago = timezone.now() - timedelta(seconds=6)
+    Run.objects.filter(id__in=[silent.id, beating.id]).update(heartbeat_at=six_seconds_ago)
+
+    assert lifecycle.heartbeat([str(beating.id)]) == set()
+    swept = lifecycle.sweep()
+
+    assert (swept.lost, swept.expired) == (1, 0)
+    assert assert_ended_once(recorder, silent).failure_code == "worker_lost"
+    assert Run.objects.get(id=beating.id).status == RunStatus.RUNNING
+    # the silent run's worker, if it was only cut off, learns that its run was ended elsewhere
+    assert lifecycle.heartbeat([str(silent.id), str(beating.id)]) == {str(silent.id)}
+
+
+def test_a_queued_run_whose_task_was_lost_is_published_again_then_failed_when_it_never_starts(
+    recorder: Recorder, owner: Any, settings: Any
+) -> None:
+    published: list[uuid.UUID] = []
+    lifecycle = RunLifecycle(stream=recorder, hooks=[recorder.hook], publish=published.append)
+    settings.RUN_UPKEEP = {**settings.RUN_UPKEEP, "QUEUE_REPUBLISH_S": 30.0, "QUEUE_LOST_S": 600.0}
+    run = queued(lifecycle, owner)
+    fresh = queued(lifecycle, owner, "just asked")
+    assert Run.objects.get(id=run.id).publishes == 1
+
+    assert lifecycle.sweep().republished == 0  # nobody has waited 30 s yet
+    Run.objects.filter(id=run.id).update(published_at=timezone.now() - timedelta(seconds=31))
+    assert lifecycle.sweep().republished == 1
+    assert lifecycle.sweep().republished == 0  # once per period, however many sweep
+    assert published == [run.id]
+    assert Run.objects.get(id=run.id).publishes == 2
+
+    long_ago = timezone.now() - timedelta(seconds=601)
+    Run.objects.filter(id=run.id).update(created_at=long_ago, published_at=long_ago)
+    swept = lifecycle.sweep()
+
+    assert (swept.expired, swept.republished) == (1, 0)
+    ended = assert_ended_once(recorder, run)
+    assert ended.failure_code == "queue_lost" and ended.cause is EndCause.QUEUE_LOST
+    assert Run.objects.get(id=fresh.id).status == RunStatus.QUEUED
+
+
+def test_racing_sweepers_publish_a_lost_task_once(recorder: Recorder, owner: Any) -> None:
+    published: list[uuid.UUID] = []
+    lifecycle = RunLifecycle(stream=recorder, publish=published.append)
+    run = queued(lifecycle, owner)
+    old = timezone.now() - timedelta(seconds=120)
+    Run.objects.filter(id=run.id).update(published_at=old)
+
+    # two sweepers read the same stale row; only the first conditional update wins
+    assert lifecycle._republish(run.id, old, timezone.now()) is True
+    assert lifecycle._republish(run.id, old, timezone.now()) is False
+    assert published == [run.id]
 
 
 def test_a_late_result_after_a_cancel_changes_nothing_and_ends_nothing(
