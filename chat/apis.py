@@ -94,7 +94,7 @@ class RunDetailApi(ApiView):
     @extend_schema(responses=RunOutput, summary="Poll a run")
     def get(self, request: Request, run_id: str) -> Response:
         run = selectors.run_get(user=request.user, run_id=parse_id(run_id))
-        if run.status in ("queued", "running") and services.run_sweep_stale(run=run):
+        if run.status in ("queued", "running") and services.run_sweep_stale(run=run).ended:
             run.refresh_from_db()
         return Response(run_resource(run))
 

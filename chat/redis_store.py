@@ -12,6 +12,7 @@ import orjson
 import redis
 from django.conf import settings
 
+from chat.upkeep import stop_requested
 from harness.context import CancelReason
 from harness.ports import CanonicalInvocation, InvocationStatus
 
@@ -88,6 +89,7 @@ class RedisCancelSignal:
     MIN_INTERVAL_S = 0.02
 
     def __init__(self, run_id: str) -> None:
+        self._run_id = run_id
         self._key = _cancel_key(run_id)
         self._warned = False
         self._next_read = 0.0
@@ -96,6 +98,9 @@ class RedisCancelSignal:
     def requested(self) -> CancelReason | None:
         if self._seen is not None:
             return self._seen
+        if (here := stop_requested(self._run_id)) is not None:  # this worker is shutting down
+            self._seen = here
+            return here
         now = time.monotonic()
         if now < self._next_read:
             return None

@@ -9,9 +9,10 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.utils import timezone
 
-from chat import wiring
+from chat import upkeep, wiring
 from chat.authentication import digest, forget_cached_keys, new_raw_key
 from chat.events import EventStreamObserver
 from chat.models import ApiKey
@@ -21,7 +22,7 @@ from chat.webhooks import signing
 from core.errors import ApplicationError, ErrorKind, QueueFull, QueueUnavailable
 from harness.application import ChatRequest, RunNotClaimed
 from harness.context import CancelReason
-from traces.lifecycle import EndCause
+from traces.lifecycle import EndCause, Swept
 from traces.models import ACTIVE_STATUSES, Feedback, Run, RunStatus
 from traces.sql import load_run_for_execution
 
@@ -69,10 +70,8 @@ def chat_submit(
     if not opened.created:
         return Submitted(opened.run, False)
     run = opened.run
-    from chat.tasks import run_chat
-
     try:
-        run_chat.apply_async(args=[str(run.id)], retry=False)
+        wiring.publish_run(run.id)
     except Exception as exc:  # noqa: BLE001 - any broker failure means the run will never start
         logger.warning("run %s: broker unavailable: %s", run.id, type(exc).__name__)
         lifecycle.fail(
@@ -119,8 +118,9 @@ def run_cancel(*, run: Run) -> Run:
     return run
 
 
-def run_sweep_stale(*, run: Run | None = None) -> int:
-    """Fail runs whose worker is gone (see ``RunLifecycle.sweep``); returns how many were ended."""
+def run_sweep_stale(*, run: Run | None = None) -> Swept:
+    """End runs whose worker is gone, re-publish queued runs whose task was lost (see
+    ``RunLifecycle.sweep``)."""
     return wiring.lifecycle().sweep(run_id=run.id if run is not None else None)
 
 
@@ -138,11 +138,31 @@ def run_execute(*, run_id: str) -> None:
         return
     request = ChatRequest(run.question, owner=str(run.owner_id), session_id=str(run.session_id), run_id=str(run.id))
     try:
-        wiring.application().execute(request, EventStreamObserver(str(run.id)))
+        with upkeep.executing(run_id):
+            wiring.application().execute(request, EventStreamObserver(str(run.id)))
     except RunNotClaimed:
         return
+    except Exception as exc:  # noqa: BLE001 - e.g. the database went away mid-run
+        logger.error("run %s: the worker could not finish it: %s", run_id, type(exc).__name__)
+        _end_unfinished(run.id)
     finally:
         wiring.audit_sinks().flush(str(run.id))
+
+
+def _end_unfinished(run_id: uuid.UUID) -> None:
+    """A run whose execution broke off is failed now, on a fresh connection, rather than left
+    running for the sweeper to find."""
+    try:
+        connection.close()
+        wiring.lifecycle().fail(
+            run_id=run_id,
+            from_status=RunStatus.RUNNING,
+            code="internal_error",
+            message="The run failed unexpectedly; the error was logged.",
+            cause=EndCause.HARNESS,
+        )
+    except Exception as exc:  # noqa: BLE001 - the sweeper ends it once its heartbeat stops
+        logger.warning("run %s: could not be ended now: %s", run_id, type(exc).__name__)
 
 
 def feedback_submit(*, user: Any, run: Run, rating: str, comment: str = "") -> Feedback:

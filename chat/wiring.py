@@ -158,7 +158,14 @@ def audit_sinks() -> DjangoAuditSinks:
 def lifecycle() -> RunLifecycle:
     """Every change of a run's state; each terminal one ends the run's event stream, archives
     it, then calls these hooks in order."""
-    return RunLifecycle(stream=EventStream(), hooks=[deliveries_for_run])
+    return RunLifecycle(stream=EventStream(), hooks=[deliveries_for_run], publish=publish_run)
+
+
+def publish_run(run_id: uuid.UUID | str) -> None:
+    """Send a queued run's task to the workers (no retry: a broker failure is the caller's)."""
+    from chat.tasks import run_chat
+
+    run_chat.apply_async(args=[str(run_id)], retry=False)
 
 
 @functools.cache

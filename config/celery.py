@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import task_prerun, worker_ready
+from celery.signals import task_prerun, worker_ready, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -21,33 +21,26 @@ def _freeze(**_: object) -> None:
     freeze_startup_objects()
 
 
+_upkeep: list[object] = []
+
+
 @worker_ready.connect  # type: ignore[untyped-decorator]
-def _sweep_webhooks(sender: object = None, **_: object) -> None:
-    """A worker consuming the webhooks queue also re-sends, now and then, deliveries that are due
-    and held by nobody: the database, not a message in Redis, is the schedule's truth."""
+def _start_upkeep(sender: object = None, **_: object) -> None:
+    """Heartbeats and sweeps beside the tasks (chat.upkeep): a runs worker beats for its runs
+    and sweeps lost runs; a webhooks worker re-sends due deliveries (the database, not a
+    message in Redis, is the truth of both)."""
+    from chat.upkeep import Upkeep
+
     consumed = getattr(getattr(sender, "task_consumer", None), "queues", None) or []
-    if "webhooks" not in {getattr(queue, "name", "") for queue in consumed}:
-        return
-    import threading
+    names = {getattr(queue, "name", "") for queue in consumed}
+    if names & {"runs", "webhooks"}:
+        _upkeep.append(Upkeep(runs="runs" in names, webhooks="webhooks" in names).start())
 
-    def loop() -> None:
-        from django.conf import settings
-        from django.db import close_old_connections
 
-        from chat.webhooks.services import deliveries_sweep
-
-        stop = threading.Event()
-        every_s = float(settings.WEBHOOK["SWEEP_S"])  # type: ignore[arg-type]
-        while not stop.wait(every_s):
-            try:
-                close_old_connections()
-                deliveries_sweep()
-            except Exception as exc:  # noqa: BLE001 - the next round tries again
-                import logging
-
-                logging.getLogger(__name__).warning("webhook sweep failed: %s", type(exc).__name__)
-
-    threading.Thread(target=loop, name="webhook-sweep", daemon=True).start()
+@worker_shutting_down.connect  # type: ignore[untyped-decorator]
+def _shutting_down(**_: object) -> None:
+    for upkeep in _upkeep:
+        upkeep.shutting_down()  # type: ignore[attr-defined]
 
 
 @task_prerun.connect  # type: ignore[untyped-decorator]
