@@ -15,8 +15,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -80,6 +81,15 @@ class Stack:
     log_dir: Path | None = None
     quiet: bool = True
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    #: how each process was started, to start it again when it dies
+    commands: dict[str, list[str]] = field(default_factory=dict)
+    #: a process that exits more often than this within ``RESTART_WINDOW_S`` is not restarted again
+    max_restarts: int = 5
+    _restarts: dict[str, list[float]] = field(default_factory=dict)
+    _stopping: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    RESTART_WINDOW_S = 60.0
 
     @property
     def base_url(self) -> str:
@@ -90,8 +100,11 @@ class Stack:
         return {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", "SBA_STACK_PID": str(os.getpid())}
 
     def _spawn(self, name: str, command: list[str]) -> None:
-        log_dir = self.log_dir or Path(tempfile.mkdtemp(prefix="sba-stack-"))
+        if self.log_dir is None:
+            self.log_dir = Path(tempfile.mkdtemp(prefix="sba-stack-"))
+        log_dir = self.log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
+        self.commands[name] = command
         out = open(log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self.processes[name] = subprocess.Popen(
             command,
@@ -181,8 +194,39 @@ class Stack:
             time.sleep(0.1)
         raise RuntimeError(f"{name} did not become ready within {timeout_s:.0f}s")
 
+    def restart_dead(self) -> list[tuple[str, int]]:
+        """Start again every child that has exited (a worker killed, the server crashed);
+        returns which, with their exit codes. Raises when one keeps dying."""
+        restarted: list[tuple[str, int]] = []
+        with self._lock:
+            if self._stopping.is_set():
+                return restarted
+            for name, process in list(self.processes.items()):
+                code = process.poll()
+                if code is None:
+                    continue
+                now = time.monotonic()
+                recent = [t for t in self._restarts.get(name, []) if now - t < self.RESTART_WINDOW_S]
+                if len(recent) >= self.max_restarts:
+                    raise RuntimeError(f"{name} exited {len(recent) + 1} times within {self.RESTART_WINDOW_S:.0f}s")
+                self._restarts[name] = [*recent, now]
+                self._spawn(name, self.commands[name])
+                restarted.append((name, code))
+        return restarted
+
+    def supervise(self, stop: threading.Event, report: Callable[[str], object] = logger.warning) -> None:
+        """Until ``stop`` is set: restart children that die, saying so through ``report``."""
+        while not stop.wait(0.5):
+            for name, code in self.restart_dead():
+                report(f"{name} exited with {code}; restarted it")
+
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM every child (workers finish their current run first), SIGKILL stragglers."""
+        self._stopping.set()
+        with self._lock:
+            self._stop(timeout_s)
+
+    def _stop(self, timeout_s: float) -> None:
         for _name, process in sorted(self.processes.items(), key=lambda item: item[0] == "redis"):
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -194,6 +238,7 @@ class Stack:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         self.processes.clear()
+        self._stopping.clear()
 
     def __enter__(self) -> Stack:
         return self.start()

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chat.stack import Stack
 
@@ -36,11 +36,11 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"SuperBizAgent is up on {stack.base_url} (API under /api/, docs at /api/docs, admin at /admin/). Ctrl-C stops it."
             )
-            while not stop.wait(1.0):
-                for name, process in stack.processes.items():
-                    if process.poll() is not None:
-                        self.stderr.write(f"{name} exited with {process.returncode}; stopping")
-                        stop.set()
+            # A child that dies (a worker killed, the server crashed) is started again; the
+            # runs it held are ended or re-published by the workers' sweeps (chat.upkeep).
+            stack.supervise(stop, report=self.stderr.write)
+        except RuntimeError as exc:  # a child that keeps dying, or one that never came up
+            raise CommandError(f"{exc}; logs in {stack.log_dir}") from None
         finally:
             self.stdout.write("stopping…")
             stack.stop()
