@@ -2,11 +2,12 @@
 
 One instance per role (router, agent, guard), each with its own base URL, key and model. The
 client's own retries are off: this provider retries 429, 5xx, timeouts and connection errors
-itself, with exponential backoff and jitter, honouring ``Retry-After`` when it fits, and never
-past the time the run has left (``ModelRequest.timeout_s``). A reply that is not a well-formed
-chat completion is :class:`ModelResponseInvalid`. Errors come out typed; provider messages stay
-out of them. The provider's ``reasoning_content`` (DeepSeek and others) is kept for the
-restricted reasoning audit.
+itself, with exponential backoff and jitter, honouring ``Retry-After`` when it fits, never past
+the time the run has left (``ModelRequest.timeout_s``) and never beyond the run's retry budget
+(``ModelRequest.retry_gate``). A reply that is not a well-formed chat completion is
+:class:`ModelResponseInvalid`. Errors come out typed; provider messages stay out of them. The
+provider's ``reasoning_content`` (DeepSeek and others) is kept for the restricted reasoning
+audit.
 """
 
 from __future__ import annotations
@@ -132,12 +133,14 @@ class OpenAICompatibleModel:
             if not error.retryable or attempt > self.config.max_retries:
                 raise error from None
             delay = retry_after if retry_after is not None else self._backoff(attempt)
-            if time.monotonic() + delay >= deadline:
+            gate = request.retry_gate
+            if time.monotonic() + delay >= deadline or (gate is not None and not gate.begin_model_retry(delay)):
                 raise error from None
             logger.info(
                 "model %s attempt %d failed (%s); retrying in %.2fs", self.config.model, attempt, error.code, delay
             )
-            self._sleep(delay)
+            # The run's wait ends early when the run does, so a cancel never waits out a backoff.
+            (gate.wait if gate is not None else self._sleep)(delay)
 
     def _backoff(self, attempt: int) -> float:
         ceiling = min(self.config.backoff_max_s, self.config.backoff_base_s * 2.0 ** (attempt - 1))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from email.utils import formatdate
 from typing import Any
 
@@ -23,6 +24,7 @@ from harness.errors import (
     ModelResponseInvalid,
     ModelTimeout,
     ModelUnavailable,
+    RunCancelled,
 )
 from harness.inmemory import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
 from harness.llm.base import (
@@ -483,7 +485,7 @@ def test_a_chat_question_runs_end_to_end_on_the_provider(stub: OpenAIStub, sleep
     assert ("result", result) in observer.events
 
 
-# --- the client's own retries, odd Retry-After values ------------------
+# --- the client's own retries, the run's retry gate, odd Retry-After values ------------------
 
 
 def test_a_client_passed_in_does_not_retry_on_top_of_the_provider(stub: OpenAIStub, sleep: SleepRecorder) -> None:
@@ -501,6 +503,49 @@ def test_a_client_passed_in_does_not_retry_on_top_of_the_provider(stub: OpenAISt
     # Three attempts of ours, each one request: not 3 x (1 + the client's 5 retries).
     assert len(stub.requests) == 3
     assert len(sleep.calls) == 2
+
+
+class Gate:
+    """A run's retry gate: grants ``allowed`` retries, records every question and wait."""
+
+    def __init__(self, allowed: int, *, cancel_on_wait: bool = False) -> None:
+        self.allowed = allowed
+        self.asked: list[float] = []
+        self.waits: list[float] = []
+        self.cancel_on_wait = cancel_on_wait
+
+    def begin_model_retry(self, delay_s: float) -> bool:
+        self.asked.append(delay_s)
+        return len(self.asked) <= self.allowed
+
+    def wait(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        if self.cancel_on_wait:
+            raise RunCancelled()
+
+
+def test_the_runs_retry_gate_bounds_the_providers_retries(stub: OpenAIStub, sleep: SleepRecorder) -> None:
+    stub.queue(*[provider_error(429, {"Retry-After": "1"})] * 6)
+    gate = Gate(allowed=1)
+
+    with pytest.raises(ModelRateLimited):
+        make_model(stub, sleep, max_retries=5).complete(replace(ask(timeout_s=30.0), retry_gate=gate))
+
+    assert len(stub.requests) == 2  # the first attempt and the one retry the run allowed
+    assert gate.asked == [1.0, 1.0]
+    assert gate.waits == [1.0]  # the wait is the run's (cancel-aware), not the provider's sleep
+    assert sleep.calls == []
+
+
+def test_a_run_cancelled_during_a_backoff_sends_no_further_request(stub: OpenAIStub, sleep: SleepRecorder) -> None:
+    stub.queue(provider_error(503), completion("must not be asked for"))
+    gate = Gate(allowed=5, cancel_on_wait=True)
+
+    with pytest.raises(RunCancelled):
+        make_model(stub, sleep, max_retries=3).complete(replace(ask(), retry_gate=gate))
+
+    assert len(stub.requests) == 1
+    assert len(gate.waits) == 1
 
 
 @pytest.mark.parametrize(
