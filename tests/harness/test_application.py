@@ -455,6 +455,70 @@ def test_an_external_cancel_signal_is_seen_at_the_next_boundary(reason: CancelRe
     assert chain.invocations.items == {}
 
 
+class SlowArgs(ToolArguments):
+    target: str
+
+
+def slow_tool(started: threading.Barrier, release: threading.Event) -> ToolSpec[SlowArgs]:
+    """A tool whose calls for a ``slow-*`` target wait for ``release`` once all of them run."""
+
+    def handle(args: SlowArgs, _timeout_s: float) -> ToolOutput:
+        if args.target.startswith("slow"):
+            started.wait(5)
+            release.wait(10)
+        return ToolOutput({"target": args.target, "text": f"{args.target} looked at"}, "ok")
+
+    return ToolSpec("inspect", "Inspect one target.", SlowArgs, handle, timeout_s=30.0)
+
+
+@pytest.mark.parametrize("interruption", ["cancel", "deadline"])
+def test_a_run_ended_mid_step_records_every_tool_call_it_started(interruption: str) -> None:
+    started, release = threading.Barrier(4), threading.Event()
+    clock = FakeClock()
+    chain = build_chain(
+        router=[route("DIAGNOSIS")],
+        agent=[
+            tool_calls(*[("inspect", {"target": f"fast-{i}"}) for i in range(3)]),
+            tool_calls(*[("inspect", {"target": f"slow-{i}"}) for i in range(3)]),
+        ],
+        tools=(),
+        extra_tools=[slow_tool(started, release)],
+        clock=clock,
+        deadline_s=60,
+    )
+    observer = RecordingObserver()
+
+    def interrupt() -> None:
+        started.wait(5)  # the three slow calls of the second step are all running
+        if interruption == "cancel":
+            assert observer.control is not None
+            observer.control.cancel(CancelReason.USER)
+        else:
+            clock.advance(61)
+
+    worker = threading.Thread(target=interrupt)
+    worker.start()
+    try:
+        result = chain.ask(observer=observer)
+    finally:
+        release.set()
+        worker.join(5)
+
+    code = {"cancel": "cancelled", "deadline": "deadline_exceeded"}[interruption]
+    assert result.failure is not None and result.failure.code == code
+    _nothing_published_after(chain, result)
+    # Six calls started, six are in the trace and in the canonical store — none is lost.
+    assert result.usage.tool_calls == 6
+    assert [(t.status.value, t.error_code) for t in chain.audit.tools] == [("ready", None)] * 3 + [
+        ("cancelled", code)
+    ] * 3
+    stored = sorted((i.status.value, i.error_code or "") for i in chain.invocations.items.values())
+    assert stored == [("cancelled", code)] * 3 + [("ready", "")] * 3
+    assert [e.details["status"] for e in chain.audit.timeline if e.name == "tool.completed"] == ["ready"] * 3 + [
+        "cancelled"
+    ] * 3
+
+
 def test_cancel_racing_completion_always_leaves_one_consistent_terminal_state() -> None:
     analyst = OfflineAnalyst()
     outcomes = set()
