@@ -144,6 +144,7 @@ def harness_settings() -> HarnessSettings:
             max_model_calls=int(h["MAX_MODEL_CALLS"]),
             max_tool_calls=int(h["MAX_TOOL_CALLS"]),
             max_tokens=int(h["MAX_TOKENS"]),
+            max_model_retries=int(h["MAX_MODEL_RETRIES"]),
         ),
         tool_timeout_s=h["TOOL_TIMEOUT_S"],
     )

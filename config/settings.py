@@ -168,6 +168,8 @@ HARNESS = {
     "MAX_MODEL_CALLS": env_int("RUN_MAX_MODEL_CALLS", 12),
     "MAX_TOOL_CALLS": env_int("RUN_MAX_TOOL_CALLS", 12),
     "MAX_TOKENS": env_int("RUN_MAX_TOKENS", 120_000),
+    # retries of failed model attempts, the whole run together (LLM_MAX_RETRIES bounds one call)
+    "MAX_MODEL_RETRIES": env_int("RUN_MAX_MODEL_RETRIES", 4),
     "TOOL_TIMEOUT_S": env_float("TOOL_TIMEOUT_S", 15.0),
     "INVOCATION_TTL_S": max(env_int("INVOCATION_TTL_S", 86_400), int(RUN_DEADLINE_S * 2)),
 }

@@ -2,7 +2,7 @@
 
 Every model call and tool call starts with ``begin_model_call`` / ``begin_tool_call``, which check
 the run is still active (not cancelled, deadline not passed, no external cancel requested) and
-charge the budget. Terminal transitions may race from several threads (the worker finishing,
+charge the budget; a provider retrying a failed attempt asks ``begin_model_retry`` first. Terminal transitions may race from several threads (the worker finishing,
 a user cancelling, the deadline passing): the first one wins and every later one is refused.
 """
 
@@ -82,9 +82,11 @@ class Budgets:
     max_model_calls: int = 12
     max_tool_calls: int = 12
     max_tokens: int = 120_000
+    #: retries of failed model attempts (429, 5xx, timeouts), all calls of the run together
+    max_model_retries: int = 4
 
     def __post_init__(self) -> None:
-        if min(self.max_model_calls, self.max_tool_calls, self.max_tokens) < 0:
+        if min(self.max_model_calls, self.max_tool_calls, self.max_tokens, self.max_model_retries) < 0:
             raise ValueError("budgets must not be negative")
 
 
@@ -94,6 +96,8 @@ class UsageSnapshot:
     tool_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    #: provider attempts beyond the first of a model call (each model call is one of ``model_calls``)
+    model_retries: int = 0
 
     @property
     def tokens(self) -> int:
@@ -123,6 +127,7 @@ class RunContext:
         # One attribute, assigned once under the lock: readers never see half a transition.
         self._end: tuple[TerminalState, type[RunInterrupted] | None] | None = None
         self._model_calls = 0
+        self._model_retries = 0
         self._tool_calls = 0
         self._input_tokens = 0
         self._output_tokens = 0
@@ -188,6 +193,19 @@ class RunContext:
                 raise BudgetExhausted("token")
             self._model_calls += 1
 
+    def begin_model_retry(self, delay_s: float) -> bool:
+        """Charge one retry of a failed model attempt that starts after ``delay_s``. ``False``
+        (nothing charged) when the retry budget is spent or the wait would outlast the deadline;
+        raises the run's interruption if it has ended. Implements :class:`RetryGate`."""
+        self.check()
+        if delay_s >= self.remaining_s():
+            return False
+        with self._lock:
+            if self._model_retries >= self.budgets.max_model_retries:
+                return False
+            self._model_retries += 1
+        return True
+
     def record_usage(self, usage: TokenUsage) -> None:
         with self._lock:
             self._input_tokens += max(usage.input_tokens, 0)
@@ -210,7 +228,9 @@ class RunContext:
 
     def usage(self) -> UsageSnapshot:
         with self._lock:
-            return UsageSnapshot(self._model_calls, self._tool_calls, self._input_tokens, self._output_tokens)
+            return UsageSnapshot(
+                self._model_calls, self._tool_calls, self._input_tokens, self._output_tokens, self._model_retries
+            )
 
     def add_model_time(self, seconds: float) -> None:
         with self._lock:

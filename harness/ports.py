@@ -150,6 +150,9 @@ class InvocationStatus(enum.StrEnum):
     REFUSED = "refused"
     FAILED = "failed"
     TIMEOUT = "timeout"
+    #: the run ended (cancel, deadline, shutdown) while the call was in flight; its result, if it
+    #: ever comes, is not used
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,17 +1,18 @@
 """A local HTTP server that speaks the OpenAI protocol (chat completions, embeddings), for the
 real ``openai`` client.
 
-Tests queue replies (status, JSON body or raw bytes, headers, delay); every request body the
-server received is kept in ``requests``.
+Tests queue replies (status, JSON body or raw bytes, headers, delay, a dropped connection, or a
+function of the request); every request body the server received is kept in ``requests``.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -26,6 +27,22 @@ class StubReply:
     raw: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    #: close the connection without answering (after ``delay_s``)
+    disconnect: bool = False
+    #: build the reply from the request's JSON body when it arrives (replaces every field above)
+    respond: Callable[[dict[str, Any]], StubReply] | None = None
+
+
+def chat_body(choices: list[Any], **fields: Any) -> dict[str, Any]:
+    """A chat-completion envelope around ``choices`` exactly as given, however malformed."""
+    return {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "stub-model",
+        "choices": choices,
+        **fields,
+    }
 
 
 def completion(
@@ -101,15 +118,22 @@ class OpenAIStub:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
-                stub.requests.append({"path": self.path, "json": json.loads(body or b"{}")})
+                sent = json.loads(body or b"{}")
+                stub.requests.append({"path": self.path, "json": sent})
                 stub.headers.append({k.lower(): v for k, v in self.headers.items()})
                 reply = (
                     stub.replies.popleft()
                     if stub.replies
                     else StubReply(500, {"error": {"message": "no reply queued"}})
                 )
+                if reply.respond is not None:
+                    reply = reply.respond(sent)
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
+                if reply.disconnect:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                 try:
                     self.send_response(reply.status)

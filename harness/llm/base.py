@@ -82,6 +82,20 @@ class TokenUsage:
         return self.input_tokens + self.output_tokens
 
 
+class RetryGate(Protocol):
+    """What a provider asks before it retries a failed attempt on behalf of a run."""
+
+    def begin_model_retry(self, delay_s: float) -> bool:
+        """Charge one retry that starts after ``delay_s``; ``False`` (nothing charged) when the
+        run's retry budget is spent or the wait would outlast its deadline. Raises the run's
+        interruption (:class:`harness.errors.RunInterrupted`) if the run has ended."""
+        ...
+
+    def wait(self, seconds: float) -> None:
+        """Wait before the retry; raises the run's interruption as soon as the run ends."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     role: ModelRole
@@ -89,8 +103,11 @@ class ModelRequest:
     messages: tuple[Message, ...]
     tools: tuple[ToolDefinition, ...] = ()
     json_output: bool = False
+    #: how long the call may take, all attempts included (the time the run has left)
     timeout_s: float | None = None
     max_output_tokens: int | None = None
+    #: the run's say over retries; without one a provider follows only its own policy
+    retry_gate: RetryGate | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +124,8 @@ class ChatModel(Protocol):
     """The model port. Implementations raise :class:`harness.errors.ModelError` subclasses."""
 
     def complete(self, request: ModelRequest) -> ModelResponse:
-        """Answer one request; never retries beyond the provider's own policy."""
+        """Answer one request; never retries beyond the provider's own policy, and with a
+        ``request.retry_gate`` only as far as the gate allows."""
         ...
 
 

@@ -1,7 +1,7 @@
 """ModelCaller: the single path of every model call in a run.
 
-It checks the RunContext (active, budget) before the call, bounds the call by the deadline,
-accounts tokens and time, and writes the metadata-only step audit and the restricted reasoning
+It checks the RunContext (active, budget) before the call, bounds the call by the deadline and
+its retries by the run's retry budget, accounts tokens and time, and writes the metadata-only step audit and the restricted reasoning
 audit. Nothing else in the harness calls ``ChatModel.complete``.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from harness.audit import Audit
 from harness.context import RunContext
-from harness.errors import ModelError
+from harness.errors import ModelError, RunInterrupted
 from harness.llm.base import (
     Message,
     ModelRequest,
@@ -51,6 +51,7 @@ class ModelCaller:
             tools=tuple(tools),
             json_output=json_output,
             timeout_s=max(self._ctx.remaining_s(), 0.001),
+            retry_gate=self._ctx,
         )
         started = time.perf_counter()
         try:
@@ -59,6 +60,9 @@ class ModelCaller:
             self._record(request, index, None, time.perf_counter() - started, exc.code)
             # A provider timeout caused by the run's own deadline is the deadline, not the model.
             self._ctx.check()
+            raise
+        except RunInterrupted as exc:  # the run ended while the provider waited to retry
+            self._record(request, index, None, time.perf_counter() - started, exc.code)
             raise
         elapsed = time.perf_counter() - started
         self._ctx.record_usage(response.usage)

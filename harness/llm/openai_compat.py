@@ -2,20 +2,25 @@
 
 One instance per role (router, agent, guard), each with its own base URL, key and model. The
 client's own retries are off: this provider retries 429, 5xx, timeouts and connection errors
-itself, with exponential backoff and jitter, honouring ``Retry-After``, and never past the time
-the run has left (``ModelRequest.timeout_s``). Errors come out typed; provider messages stay out
-of them. The provider's ``reasoning_content`` (DeepSeek and others) is kept for the restricted
-reasoning audit.
+itself, with exponential backoff and jitter, honouring ``Retry-After`` when it fits, never past
+the time the run has left (``ModelRequest.timeout_s``) and never beyond the run's retry budget
+(``ModelRequest.retry_gate``). A reply that is not a well-formed chat completion is
+:class:`ModelResponseInvalid`. Errors come out typed; provider messages stay out of them. The
+provider's ``reasoning_content`` (DeepSeek and others) is kept for the restricted reasoning
+audit.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, TypeGuard
 
 import openai
 
@@ -31,6 +36,9 @@ from harness.errors import (
 from harness.llm.base import Message, ModelRequest, ModelResponse, TokenUsage, ToolCall
 
 logger = logging.getLogger(__name__)
+
+#: The longest wait a server's Retry-After may impose on one retry.
+RETRY_AFTER_MAX_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +80,14 @@ class OpenAICompatibleModel:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.config = config
-        self._client = client or openai.OpenAI(
-            base_url=config.base_url, api_key=config.api_key, max_retries=0, timeout=config.timeout_s
+        # Retries are this provider's (bounded by the run); a client retrying too would multiply
+        # them, so even a client passed in has its own retries switched off.
+        self._client = (
+            client.with_options(max_retries=0)
+            if client is not None
+            else openai.OpenAI(
+                base_url=config.base_url, api_key=config.api_key, max_retries=0, timeout=config.timeout_s
+            )
         )
         self._sleep = sleep
 
@@ -111,56 +125,88 @@ class OpenAICompatibleModel:
                 completion = self._client.chat.completions.create(
                     **kwargs, timeout=min(self.config.timeout_s, remaining)
                 )
-                return self._parse(completion)
-            except ModelError:
-                raise
             except Exception as exc:  # noqa: BLE001 - mapped to a typed error below
                 error, retry_after = _classify(exc)
+            else:
+                return _parse(completion)
             attempt += 1
             if not error.retryable or attempt > self.config.max_retries:
                 raise error from None
             delay = retry_after if retry_after is not None else self._backoff(attempt)
-            if time.monotonic() + delay >= deadline:
+            gate = request.retry_gate
+            if time.monotonic() + delay >= deadline or (gate is not None and not gate.begin_model_retry(delay)):
                 raise error from None
             logger.info(
                 "model %s attempt %d failed (%s); retrying in %.2fs", self.config.model, attempt, error.code, delay
             )
-            self._sleep(delay)
+            # The run's wait ends early when the run does, so a cancel never waits out a backoff.
+            (gate.wait if gate is not None else self._sleep)(delay)
 
     def _backoff(self, attempt: int) -> float:
         ceiling = min(self.config.backoff_max_s, self.config.backoff_base_s * 2.0 ** (attempt - 1))
         return ceiling * random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not cryptography
 
-    def _parse(self, completion: Any) -> ModelResponse:
-        choices = getattr(completion, "choices", None)
-        if not choices:
+
+def _parse(completion: Any) -> ModelResponse:
+    """The completion as a response; anything that is not a well-formed chat completion (a
+    client may hand back whatever JSON the server sent) is an invalid response."""
+    try:
+        return _read_completion(completion)
+    except ModelError:
+        raise
+    except Exception:  # noqa: BLE001 - an unreadable shape, whatever the exception
+        raise ModelResponseInvalid() from None
+
+
+def _read_completion(completion: Any) -> ModelResponse:
+    choices = getattr(completion, "choices", None)
+    if not choices or not isinstance(choices, list):
+        raise ModelResponseInvalid()
+    choice = choices[0]
+    message = getattr(choice, "message", None)
+    if message is None:
+        raise ModelResponseInvalid()
+    finish_reason = getattr(choice, "finish_reason", None)
+    if finish_reason == "content_filter":
+        raise ModelRefused()
+    content = message.content
+    if content is not None and not isinstance(content, str):
+        raise ModelResponseInvalid()
+    calls = []
+    for call in message.tool_calls or ():
+        function = getattr(call, "function", None)
+        call_id = getattr(call, "id", None)
+        name = getattr(function, "name", None)
+        arguments = getattr(function, "arguments", None)
+        if not (_text(call_id) and _text(name)) or not (arguments is None or isinstance(arguments, str)):
             raise ModelResponseInvalid()
-        choice = choices[0]
-        message = getattr(choice, "message", None)
-        if message is None:
-            raise ModelResponseInvalid()
-        if choice.finish_reason == "content_filter":
-            raise ModelRefused()
-        calls = []
-        for call in message.tool_calls or ():
-            function = getattr(call, "function", None)
-            if function is None or not getattr(call, "id", None):
-                raise ModelResponseInvalid()
-            calls.append(ToolCall(call.id, function.name, function.arguments or "{}"))
-        if getattr(message, "refusal", None) and not message.content and not calls:
-            raise ModelRefused()
-        reasoning = getattr(message, "reasoning_content", None)
-        if reasoning is None and message.model_extra:
-            reasoning = message.model_extra.get("reasoning_content")
-        usage = completion.usage
-        return ModelResponse(
-            content=message.content,
-            tool_calls=tuple(calls),
-            usage=TokenUsage(usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else TokenUsage(),
-            reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
-            finish_reason=choice.finish_reason,
-            model=getattr(completion, "model", None),
-        )
+        calls.append(ToolCall(call_id, name, arguments or "{}"))
+    if getattr(message, "refusal", None) and not content and not calls:
+        raise ModelRefused()
+    reasoning = getattr(message, "reasoning_content", None)
+    if reasoning is None and message.model_extra:
+        reasoning = message.model_extra.get("reasoning_content")
+    return ModelResponse(
+        content=content,
+        tool_calls=tuple(calls),
+        usage=_usage(getattr(completion, "usage", None)),
+        reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+        model=model if isinstance(model := getattr(completion, "model", None), str) else None,
+    )
+
+
+def _text(value: object) -> TypeGuard[str]:
+    return isinstance(value, str) and bool(value)
+
+
+def _usage(usage: Any) -> TokenUsage:
+    if usage is None:
+        return TokenUsage()
+    counts = (getattr(usage, "prompt_tokens", None) or 0, getattr(usage, "completion_tokens", None) or 0)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+        raise ModelResponseInvalid()
+    return TokenUsage(*counts)
 
 
 def _classify(exc: Exception) -> tuple[ModelError, float | None]:
@@ -189,8 +235,32 @@ def _classify(exc: Exception) -> tuple[ModelError, float | None]:
 
 
 def _retry_after(exc: openai.APIStatusError) -> float | None:
-    value = exc.response.headers.get("retry-after") if exc.response is not None else None
+    """The wait the server asked for (``retry-after-ms``, or ``Retry-After`` in seconds or as an
+    HTTP date), clamped to ``[0, RETRY_AFTER_MAX_S]``; ``None`` when absent or unreadable."""
+    headers = exc.response.headers if exc.response is not None else {}
+    seconds: float | None = None
+    if (millis := headers.get("retry-after-ms")) is not None:
+        seconds = _number(millis, 0.001)
+    if seconds is None and (value := headers.get("retry-after")) is not None:
+        seconds = _number(value, 1.0)
+        if seconds is None:
+            seconds = _http_date_delay(value)
+    return None if seconds is None else min(max(seconds, 0.0), RETRY_AFTER_MAX_S)
+
+
+def _number(value: str, scale: float) -> float | None:
     try:
-        return min(float(value), 30.0) if value is not None else None
+        number = float(value) * scale
     except ValueError:
         return None
+    return number if math.isfinite(number) else None
+
+
+def _http_date_delay(value: str) -> float | None:
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - datetime.now(UTC)).total_seconds()

@@ -5,7 +5,8 @@ ids are unique and owned by this run), checks the run is active and charges the 
 validates the arguments against the tool's schema (errors go back to the model as tool errors),
 runs the backend with a per-tool timeout cut to the run's deadline, stores the canonical
 invocation (full request and raw result) for the guards, hands the agent a bounded projection,
-and writes a metadata-only audit row (fail-open). Calls of one model step run in parallel.
+and writes a metadata-only audit row (fail-open). Calls of one model step run in parallel; every
+call that started is recorded, also when the run ends while it is in flight.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from harness.audit import Audit
 from harness.context import RunContext
+from harness.errors import HarnessError, RunInterrupted
 from harness.llm.base import ToolCall, ToolDefinition
 from harness.ports import (
     CanonicalInvocation,
@@ -127,11 +129,30 @@ class ToolBoundary:
         return self.invoke_all([call])[0]
 
     def invoke_all(self, calls: Sequence[ToolCall]) -> list[ToolObservation]:
-        """Run the calls of one step in parallel; results come back in call order."""
-        pending = [self._start(call) for call in calls]
-        self._await(pending)
+        """Run the calls of one step in parallel; results come back in call order.
+
+        Every call that started is recorded (audit row and canonical invocation), whatever stops
+        the step: when the budget runs out part-way, the calls already started are awaited first;
+        when the run is cancelled or passes its deadline, the calls still in flight are recorded
+        as ``cancelled`` and the interruption is raised after them."""
+        pending: list[_Pending] = []
+        stop: HarnessError | None = None
+        try:
+            for call in calls:
+                pending.append(self._start(call))
+        except HarnessError as exc:  # the later calls never start; the earlier ones still count
+            stop = exc
+        if not isinstance(stop, RunInterrupted):
+            try:
+                self._await(pending)
+            except RunInterrupted as exc:
+                stop = exc
+        if isinstance(stop, RunInterrupted):
+            self._abandon(pending, stop.code)
         observations = [self._finish(p) for p in pending]
         self.observations.extend(observations)
+        if stop is not None:
+            raise stop
         return observations
 
     # --- phases ----------------------------------------------------------------------------
@@ -146,9 +167,17 @@ class ToolBoundary:
         self._used.add(call.id)
         spec = self._specs.get(call.name)
         self._ctx.begin_tool_call()
+        p = _Pending(call, spec, time.perf_counter(), request)
+        try:
+            return self._submit(p)
+        except Exception as exc:  # noqa: BLE001 - a charged call is recorded, even one that never ran
+            logger.warning("tool %s could not start in run %s: %s", call.name, self._ctx.run_id, type(exc).__name__)
+            return self._fail(p, InvocationStatus.FAILED, "tool_failed", f"The {call.name} backend failed.")
+
+    def _submit(self, p: _Pending) -> _Pending:
+        call, spec, request = p.call, p.spec, p.request
         if self._on_call is not None:
             self._on_call(call.name)
-        p = _Pending(call, spec, time.perf_counter(), request)
         if spec is None:
             return self._fail(
                 p, InvocationStatus.INVALID_ARGUMENTS, "unknown_tool",
@@ -195,6 +224,19 @@ class ToolBoundary:
                     self._fail(p, InvocationStatus.TIMEOUT, "tool_timeout",
                                f"{p.call.name} did not answer within {p.timeout_s:.1f}s.")  # fmt: skip
             running = [p for p in running if p.output is None and p.error is None]
+
+    def _abandon(self, pending: Sequence[_Pending], code: str) -> None:
+        """The run ended mid-step: a call that finished meanwhile keeps its result, every other
+        one is ``cancelled`` (one still queued for a thread never runs)."""
+        for p in pending:
+            if p.output is not None or p.error is not None:
+                continue
+            if p.future is not None and p.future.done():
+                self._collect(p)
+                continue
+            if p.future is not None:
+                p.future.cancel()
+            self._fail(p, InvocationStatus.CANCELLED, code, "The run ended before this call finished.")
 
     def _collect(self, p: _Pending) -> None:
         assert p.future is not None

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -17,7 +19,16 @@ from harness.examples import INJECTION, payment_incident
 from harness.inmemory import RecordingObserver
 from harness.llm.base import ModelRequest
 from harness.llm.offline import OfflineAnalyst
-from harness.llm.scripted import Step, assistant_message, json_message, raise_error, respond, tool_call, tool_calls
+from harness.llm.scripted import (
+    Step,
+    assistant_message,
+    json_message,
+    raise_error,
+    respond,
+    tool_call,
+    tool_calls,
+    tool_results,
+)
 from harness.ports import Stage
 from harness.testing import ManualCancelSignal
 from harness.tools.spec import CitationFields, ToolArguments, ToolOutput, ToolSpec
@@ -317,6 +328,90 @@ def test_the_offline_analyst_ignores_injected_instructions() -> None:
     assert "solar flare" not in text and "db.pool.max_size" in text
 
 
+# --- evidence backends that fail ----------------------------------------------------------------
+
+BACKEND_SECRET = "host=db-secret-7 password=hunter2"
+
+
+def broken_tool(fault: str, hold: threading.Event) -> ToolSpec[SlowArgs]:
+    """An evidence tool whose backend raises (with private text) or never answers in time."""
+
+    def handle(args: SlowArgs, _timeout_s: float) -> ToolOutput:
+        if fault == "raises":
+            raise ConnectionError(f"backend down: {BACKEND_SECRET}")
+        hold.wait(10)
+        return ToolOutput({"text": "too late"}, "ok")
+
+    return ToolSpec("inspect", "Inspect one target.", SlowArgs, handle, timeout_s=0.2)
+
+
+@pytest.fixture
+def hold() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+BACKEND_FAULTS = {"raises": ("failed", "tool_failed"), "times_out": ("timeout", "tool_timeout")}
+
+
+@pytest.mark.parametrize("fault", list(BACKEND_FAULTS))
+def test_a_failing_backend_is_a_recorded_tool_error_and_the_run_goes_on(
+    fault: str, hold: threading.Event, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    status, code = BACKEND_FAULTS[fault]
+    chain = build_chain(
+        router=[route("DIAGNOSIS")],
+        agent=[tool_calls(("inspect", {"target": "db-1"}), LOGS), draft(pool_claim())],
+        guard=[PASS],
+        tools=("logs",),
+        extra_tools=[broken_tool(fault, hold)],
+    )
+
+    result = chain.ask()
+
+    assert result.outcome is Outcome.SUCCESS and result.status is RunStatus.COMPLETED
+    assert [(t.tool, t.status.value, t.error_code) for t in chain.audit.tools] == [
+        ("inspect", status, code),
+        ("query_logs", "ready", None),
+    ]
+    failed = chain.invocations.get(result.run_id, chain.audit.tools[0].tool_call_id)
+    assert failed is not None and (failed.status.value, failed.error_code, failed.raw_result) == (status, code, None)
+    assert result.usage.tool_calls == 2
+    # The model was told which call failed and why, in words of the harness — not the backend's.
+    (seen, _) = tool_results(chain.scripted("agent").calls[1])
+    assert seen.tool == "inspect" and seen.content["error"]["code"] == code
+    told = json.dumps(seen.content)
+    assert "hunter2" not in told and "db-secret-7" not in told and "ConnectionError" not in told
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "hunter2" not in logged and "db-secret-7" not in logged
+
+
+@pytest.mark.parametrize("fault", list(BACKEND_FAULTS))
+def test_a_claim_citing_a_failed_call_is_never_published(fault: str, hold: threading.Event) -> None:
+    chain = build_chain(
+        router=[route("DIAGNOSIS")],
+        # the draft cites the failed call; so does the one evidence repair
+        agent=[
+            tool_calls(("inspect", {"target": "db-1"})),
+            draft(cite("inspect", "too late")),
+            draft(cite("inspect", "too late")),
+        ],
+        tools=(),
+        extra_tools=[broken_tool(fault, hold)],
+    )
+
+    result = chain.ask()
+
+    assert result.outcome is Outcome.FALLBACK and result.status is RunStatus.COMPLETED
+    assert result.fallback_reason == "evidence_rejected"  # before any semantic review
+    assert result.content is not None and result.content.content_type.value == "safe_fallback"
+    assert "too late" not in chain.published_text(result)
+    assert [(t.status.value, t.error_code) for t in chain.audit.tools] == [BACKEND_FAULTS[fault]]
+    assert chain.store.runs[result.run_id].result == result
+
+
 # --- budgets, deadline and cancellation at every boundary -----------------------------------
 
 
@@ -453,6 +548,70 @@ def test_an_external_cancel_signal_is_seen_at_the_next_boundary(reason: CancelRe
     expected = {CancelReason.USER: "cancelled", CancelReason.SHUTDOWN: "worker_shutdown"}[reason]
     assert result.failure is not None and result.failure.code == expected
     assert chain.invocations.items == {}
+
+
+class SlowArgs(ToolArguments):
+    target: str
+
+
+def slow_tool(started: threading.Barrier, release: threading.Event) -> ToolSpec[SlowArgs]:
+    """A tool whose calls for a ``slow-*`` target wait for ``release`` once all of them run."""
+
+    def handle(args: SlowArgs, _timeout_s: float) -> ToolOutput:
+        if args.target.startswith("slow"):
+            started.wait(5)
+            release.wait(10)
+        return ToolOutput({"target": args.target, "text": f"{args.target} looked at"}, "ok")
+
+    return ToolSpec("inspect", "Inspect one target.", SlowArgs, handle, timeout_s=30.0)
+
+
+@pytest.mark.parametrize("interruption", ["cancel", "deadline"])
+def test_a_run_ended_mid_step_records_every_tool_call_it_started(interruption: str) -> None:
+    started, release = threading.Barrier(4), threading.Event()
+    clock = FakeClock()
+    chain = build_chain(
+        router=[route("DIAGNOSIS")],
+        agent=[
+            tool_calls(*[("inspect", {"target": f"fast-{i}"}) for i in range(3)]),
+            tool_calls(*[("inspect", {"target": f"slow-{i}"}) for i in range(3)]),
+        ],
+        tools=(),
+        extra_tools=[slow_tool(started, release)],
+        clock=clock,
+        deadline_s=60,
+    )
+    observer = RecordingObserver()
+
+    def interrupt() -> None:
+        started.wait(5)  # the three slow calls of the second step are all running
+        if interruption == "cancel":
+            assert observer.control is not None
+            observer.control.cancel(CancelReason.USER)
+        else:
+            clock.advance(61)
+
+    worker = threading.Thread(target=interrupt)
+    worker.start()
+    try:
+        result = chain.ask(observer=observer)
+    finally:
+        release.set()
+        worker.join(5)
+
+    code = {"cancel": "cancelled", "deadline": "deadline_exceeded"}[interruption]
+    assert result.failure is not None and result.failure.code == code
+    _nothing_published_after(chain, result)
+    # Six calls started, six are in the trace and in the canonical store — none is lost.
+    assert result.usage.tool_calls == 6
+    assert [(t.status.value, t.error_code) for t in chain.audit.tools] == [("ready", None)] * 3 + [
+        ("cancelled", code)
+    ] * 3
+    stored = sorted((i.status.value, i.error_code or "") for i in chain.invocations.items.values())
+    assert stored == [("cancelled", code)] * 3 + [("ready", "")] * 3
+    assert [e.details["status"] for e in chain.audit.timeline if e.name == "tool.completed"] == ["ready"] * 3 + [
+        "cancelled"
+    ] * 3
 
 
 def test_cancel_racing_completion_always_leaves_one_consistent_terminal_state() -> None:

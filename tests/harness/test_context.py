@@ -130,9 +130,39 @@ def test_zero_budgets_refuse_the_first_call() -> None:
     assert ctx.usage().tool_calls == 0
 
 
+def test_the_model_retry_budget_counts_retries_of_the_whole_run() -> None:
+    ctx = make_ctx(budgets=Budgets(max_model_retries=2))
+    assert ctx.begin_model_retry(0.5)
+    assert ctx.begin_model_retry(0.5)
+    assert not ctx.begin_model_retry(0.5)  # spent: the provider gives up, the run goes on
+    assert ctx.usage().model_retries == 2
+    assert ctx.terminal is None
+    ctx.begin_model_call()  # retries are not model calls
+    assert ctx.usage().model_calls == 1
+
+
+def test_a_retry_that_would_wait_past_the_deadline_is_refused_uncharged() -> None:
+    clock = FakeClock()
+    ctx = make_ctx(deadline_s=10.0, clock=clock, budgets=Budgets(max_model_retries=5))
+    clock.advance(8.0)
+    assert not ctx.begin_model_retry(2.0)
+    assert ctx.begin_model_retry(1.5)
+    assert ctx.usage().model_retries == 1
+
+
+def test_a_cancelled_run_allows_no_retry() -> None:
+    ctx = make_ctx()
+    ctx.cancel(CancelReason.USER)
+    with pytest.raises(RunCancelled):
+        ctx.begin_model_retry(0.1)
+    assert ctx.usage().model_retries == 0
+
+
 def test_negative_budgets_are_rejected() -> None:
     with pytest.raises(ValueError, match="negative"):
         Budgets(max_tool_calls=-1)
+    with pytest.raises(ValueError, match="negative"):
+        Budgets(max_model_retries=-1)
 
 
 def test_budget_exhaustion_does_not_end_the_run() -> None:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
+from email.utils import formatdate
 from typing import Any
 
+import openai
 import pytest
 
 from harness.application import ChatApplication, ChatRequest
@@ -21,6 +24,7 @@ from harness.errors import (
     ModelResponseInvalid,
     ModelTimeout,
     ModelUnavailable,
+    RunCancelled,
 )
 from harness.inmemory import InMemoryAudit, InMemoryInvocationStore, InMemoryRunStore, RecordingObserver
 from harness.llm.base import (
@@ -33,8 +37,8 @@ from harness.llm.base import (
     ToolCall,
     ToolDefinition,
 )
-from harness.llm.openai_compat import OpenAICompatibleModel, OpenAIConfig
-from tests.openai_stub import OpenAIStub, StubReply, completion
+from harness.llm.openai_compat import RETRY_AFTER_MAX_S, OpenAICompatibleModel, OpenAIConfig
+from tests.openai_stub import OpenAIStub, StubReply, chat_body, completion
 
 API_KEY = "sk-test-7f3a9c1e5b2d4680"
 PROVIDER_SECRET = "internal shard db-7 overloaded, trace 0xdeadbeef"
@@ -479,3 +483,181 @@ def test_a_chat_question_runs_end_to_end_on_the_provider(stub: OpenAIStub, sleep
         ("system_chat", 90, 14),
     ]
     assert ("result", result) in observer.events
+
+
+# --- the client's own retries, the run's retry gate, odd Retry-After values ------------------
+
+
+def test_a_client_passed_in_does_not_retry_on_top_of_the_provider(stub: OpenAIStub, sleep: SleepRecorder) -> None:
+    stub.queue(*[provider_error(500)] * 12)
+    client = openai.OpenAI(base_url=stub.base_url, api_key=API_KEY, max_retries=5)
+    model = OpenAICompatibleModel(
+        OpenAIConfig(stub.base_url, API_KEY, "gpt-test", max_retries=2, backoff_base_s=0.001),
+        client=client,
+        sleep=sleep,
+    )
+
+    with pytest.raises(ModelUnavailable):
+        model.complete(ask())
+
+    # Three attempts of ours, each one request: not 3 x (1 + the client's 5 retries).
+    assert len(stub.requests) == 3
+    assert len(sleep.calls) == 2
+
+
+class Gate:
+    """A run's retry gate: grants ``allowed`` retries, records every question and wait."""
+
+    def __init__(self, allowed: int, *, cancel_on_wait: bool = False) -> None:
+        self.allowed = allowed
+        self.asked: list[float] = []
+        self.waits: list[float] = []
+        self.cancel_on_wait = cancel_on_wait
+
+    def begin_model_retry(self, delay_s: float) -> bool:
+        self.asked.append(delay_s)
+        return len(self.asked) <= self.allowed
+
+    def wait(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        if self.cancel_on_wait:
+            raise RunCancelled()
+
+
+def test_the_runs_retry_gate_bounds_the_providers_retries(stub: OpenAIStub, sleep: SleepRecorder) -> None:
+    stub.queue(*[provider_error(429, {"Retry-After": "1"})] * 6)
+    gate = Gate(allowed=1)
+
+    with pytest.raises(ModelRateLimited):
+        make_model(stub, sleep, max_retries=5).complete(replace(ask(timeout_s=30.0), retry_gate=gate))
+
+    assert len(stub.requests) == 2  # the first attempt and the one retry the run allowed
+    assert gate.asked == [1.0, 1.0]
+    assert gate.waits == [1.0]  # the wait is the run's (cancel-aware), not the provider's sleep
+    assert sleep.calls == []
+
+
+def test_a_run_cancelled_during_a_backoff_sends_no_further_request(stub: OpenAIStub, sleep: SleepRecorder) -> None:
+    stub.queue(provider_error(503), completion("must not be asked for"))
+    gate = Gate(allowed=5, cancel_on_wait=True)
+
+    with pytest.raises(RunCancelled):
+        make_model(stub, sleep, max_retries=3).complete(replace(ask(), retry_gate=gate))
+
+    assert len(stub.requests) == 1
+    assert len(gate.waits) == 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"Retry-After": "-5"}, 0.0),
+        ({"Retry-After": "2.5"}, 2.5),
+        ({"Retry-After": "86400"}, RETRY_AFTER_MAX_S),
+        ({"retry-after-ms": "1500", "Retry-After": "9"}, 1.5),
+    ],
+    ids=["negative", "fraction", "huge", "milliseconds"],
+)
+def test_retry_after_is_clamped_to_a_sane_wait(
+    stub: OpenAIStub, sleep: SleepRecorder, headers: dict[str, str], expected: float
+) -> None:
+    stub.queue(provider_error(429, headers), completion("ok"))
+
+    assert make_model(stub, sleep).complete(ask(timeout_s=60.0)).content == "ok"
+
+    assert sleep.calls == [expected]
+
+
+def test_retry_after_as_an_http_date_is_the_time_until_then(stub: OpenAIStub, sleep: SleepRecorder) -> None:
+    when = formatdate(time.time() + 5, usegmt=True)
+    stub.queue(provider_error(429, {"Retry-After": when}), completion("ok"))
+
+    make_model(stub, sleep).complete(ask(timeout_s=60.0))
+
+    assert len(sleep.calls) == 1
+    assert 3.0 <= sleep.calls[0] <= 5.0
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "soon"])
+def test_an_unreadable_retry_after_falls_back_to_the_backoff(
+    stub: OpenAIStub, sleep: SleepRecorder, value: str
+) -> None:
+    stub.queue(provider_error(429, {"Retry-After": value}), completion("ok"))
+
+    make_model(stub, sleep, backoff_base_s=0.5).complete(ask())
+
+    assert len(sleep.calls) == 1
+    assert 0.25 <= sleep.calls[0] <= 0.5
+
+
+def test_a_dropped_connection_is_retried_as_unavailable(stub: OpenAIStub, sleep: SleepRecorder) -> None:
+    stub.queue(StubReply(disconnect=True), completion("back"))
+
+    assert make_model(stub, sleep).complete(ask()).content == "back"
+
+    assert len(stub.requests) == 2
+    assert len(sleep.calls) == 1
+
+
+# --- JSON that is not a well-formed chat completion -----------------------------------------
+
+
+def _assistant(**message: Any) -> dict[str, Any]:
+    return {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", **message}}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"hello": "world"},
+        [1, 2, 3],
+        "just a string",
+        chat_body("not a list"),  # type: ignore[arg-type]
+        chat_body([{"index": 0, "finish_reason": "stop"}]),
+        chat_body([_assistant(content=42)]),
+        chat_body([_assistant(content=["a", "b"])]),
+        chat_body([_assistant(content=None, tool_calls=[{"id": "c1", "type": "function"}])]),
+        chat_body(
+            [
+                _assistant(
+                    content=None,
+                    tool_calls=[{"id": "c1", "type": "function", "function": {"name": "q", "arguments": {"a": 1}}}],
+                )
+            ]
+        ),
+        chat_body(
+            [_assistant(content=None, tool_calls=[{"id": "c1", "type": "function", "function": {"arguments": "{}"}}])]
+        ),
+        chat_body(
+            [_assistant(content=None, tool_calls=[{"type": "function", "function": {"name": "q", "arguments": "{}"}}])]
+        ),
+        chat_body([_assistant(content="ok")], usage={"prompt_tokens": "many", "completion_tokens": 1}),
+        chat_body([_assistant(content="ok")], usage={"prompt_tokens": -3, "completion_tokens": 1}),
+    ],
+    ids=[
+        "object",
+        "list",
+        "string",
+        "choices-not-a-list",
+        "no-message",
+        "number-content",
+        "list-content",
+        "call-without-function",
+        "object-arguments",
+        "call-without-name",
+        "call-without-id",
+        "text-usage",
+        "negative-usage",
+    ],
+)
+def test_json_that_is_not_a_chat_completion_is_an_invalid_response(
+    stub: OpenAIStub, sleep: SleepRecorder, body: Any
+) -> None:
+    stub.queue(StubReply(body=body), completion("never asked for"))
+
+    with pytest.raises(ModelResponseInvalid) as caught:
+        make_model(stub, sleep).complete(ask())
+
+    assert caught.value.__context__ is None
+    assert len(stub.requests) == 1  # an unreadable reply is not retried
+    assert sleep.calls == []

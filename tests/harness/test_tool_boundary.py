@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
@@ -23,6 +24,7 @@ from harness.ports import InvocationStatus, LogLine
 from harness.tools.boundary import ToolBoundary, ToolObservation
 from harness.tools.evidence import lookup_knowledge_tool, query_logs_tool, query_mysql_tool
 from harness.tools.spec import ToolArgumentError, ToolArguments, ToolOutput, ToolRefused, ToolSpec
+from tests.harness.chain import FakeClock
 
 RUN_ID = "run-boundary"
 PROPERTY = settings(max_examples=80, derandomize=True, database=None, deadline=None)
@@ -70,17 +72,27 @@ def build(
     deadline_s: float = 60.0,
     store: InMemoryInvocationStore | None = None,
     memory: InMemoryAudit | None = None,
+    ctx: RunContext | None = None,
+    executor: ThreadPoolExecutor | None = None,
+    on_call: Callable[[str], None] | None = None,
 ) -> Rig:
-    ctx = RunContext(RUN_ID, deadline_s=deadline_s, budgets=budgets or Budgets(max_tool_calls=100))
+    ctx = ctx or RunContext(RUN_ID, deadline_s=deadline_s, budgets=budgets or Budgets(max_tool_calls=100))
     store = store or InMemoryInvocationStore()
     memory = memory or InMemoryAudit()
     called: list[str] = []
+
+    def notify(tool: str) -> None:
+        called.append(tool)
+        if on_call is not None:
+            on_call(tool)
+
     boundary = ToolBoundary(
         ctx=ctx,
         specs=specs or (probe(),),
         store=store,
         audit=Audit(memory.sinks(), run_id=RUN_ID, clock=SYSTEM_CLOCK),
-        on_call=called.append,
+        on_call=notify,
+        executor=executor,
     )
     return Rig(ctx, boundary, store, memory, called)
 
@@ -414,6 +426,161 @@ def test_a_cancel_from_another_thread_stops_the_wait_on_a_slow_tool(gate: thread
         canceller.join(5)
     assert cancelled_at, "the cancel never happened"
     assert raised_at - cancelled_at[0] < 0.2, f"noticed the cancel after {raised_at - cancelled_at[0]:.2f}s"
+
+
+# --- a run that ends while its calls are in flight ---------------------------------------------
+
+PARALLEL = 4
+
+
+def started_together(gate: threading.Event, count: int) -> tuple[Handler, threading.Barrier]:
+    """A handler that blocks on ``gate``; the barrier is passed once all ``count`` calls run."""
+    barrier = threading.Barrier(count + 1)
+
+    def handle(args: ProbeArgs, _timeout: float) -> ToolOutput:
+        barrier.wait(5)
+        gate.wait(10)
+        return ok_output(echo=args.query)
+
+    return handle, barrier
+
+
+def assert_every_call_recorded(rig: Rig, calls: list[ToolCall], status: InvocationStatus, code: str | None) -> None:
+    assert rig.ctx.usage().tool_calls == len(calls)
+    assert [r.tool_call_id for r in rig.memory.tools] == [c.id for c in calls]
+    assert [(r.status, r.error_code) for r in rig.memory.tools] == [(status, code)] * len(calls)
+    assert rig.memory.names() == ["tool.completed"] * len(calls)
+    assert [e.details["status"] for e in rig.memory.timeline] == [status.value] * len(calls)
+    assert len(rig.store.items) == len(calls)
+    for call in calls:
+        stored = rig.store.get(RUN_ID, call.id)
+        assert stored is not None
+        assert (stored.status, stored.error_code, stored.raw_result) == (status, code, None)
+    assert [o.status for o in rig.boundary.observations] == [status] * len(calls)
+
+
+def test_a_cancel_mid_step_records_every_call_in_flight_as_cancelled(gate: threading.Event) -> None:
+    handler, barrier = started_together(gate, PARALLEL)
+    rig = build(probe(handler=handler, timeout_s=10.0))
+    calls = [rig.call("probe", {"query": f"q{i}"}) for i in range(PARALLEL)]
+
+    def cancel() -> None:
+        barrier.wait(5)  # every call is running
+        rig.ctx.cancel(CancelReason.USER)
+
+    canceller = threading.Thread(target=cancel)
+    canceller.start()
+    try:
+        with pytest.raises(RunCancelled):
+            rig.boundary.invoke_all(calls)
+    finally:
+        canceller.join(5)
+
+    assert_every_call_recorded(rig, calls, InvocationStatus.CANCELLED, "cancelled")
+    error = content(rig.boundary.observations[0])["error"]
+    assert error == {"code": "cancelled", "message": "The run ended before this call finished."}
+
+
+def test_the_deadline_mid_step_records_every_call_in_flight(gate: threading.Event) -> None:
+    handler, barrier = started_together(gate, PARALLEL)
+    clock = FakeClock()
+    ctx = RunContext(RUN_ID, deadline_s=60.0, budgets=Budgets(max_tool_calls=100), clock=clock)
+    rig = build(probe(handler=handler, timeout_s=30.0), ctx=ctx)
+    calls = [rig.call("probe", {"query": f"q{i}"}) for i in range(PARALLEL)]
+
+    def expire() -> None:
+        barrier.wait(5)
+        clock.advance(61.0)  # the run's deadline passes while every call is still running
+
+    expirer = threading.Thread(target=expire)
+    expirer.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(DeadlineExceeded):
+            rig.boundary.invoke_all(calls)
+    finally:
+        expirer.join(5)
+
+    assert time.perf_counter() - started < 2.0  # not the tools' own 30 s
+    assert_every_call_recorded(rig, calls, InvocationStatus.CANCELLED, "deadline_exceeded")
+
+
+def test_a_call_that_finished_before_the_cancel_keeps_its_result(gate: threading.Event) -> None:
+    fast_done = threading.Event()
+    slow_started = threading.Event()
+
+    def fast(args: ProbeArgs, _timeout: float) -> ToolOutput:
+        fast_done.set()
+        return ok_output(echo=args.query)
+
+    rig = build(probe("fast", fast), probe("slow", blocking(gate, slow_started), timeout_s=10.0))
+    calls = [rig.call("slow", {"query": "one"}), rig.call("fast", {"query": "two"})]
+
+    def cancel() -> None:
+        fast_done.wait(5)
+        slow_started.wait(5)
+        time.sleep(0.05)
+        rig.ctx.cancel(CancelReason.USER)
+
+    canceller = threading.Thread(target=cancel)
+    canceller.start()
+    try:
+        with pytest.raises(RunCancelled):
+            rig.boundary.invoke_all(calls)
+    finally:
+        canceller.join(5)
+
+    assert [(r.tool, r.status, r.error_code) for r in rig.memory.tools] == [
+        ("slow", InvocationStatus.CANCELLED, "cancelled"),
+        ("fast", InvocationStatus.READY, None),
+    ]
+    finished = rig.store.get(RUN_ID, calls[1].id)
+    assert finished is not None
+    assert (finished.status, finished.raw_result) == (InvocationStatus.READY, {"echo": "two"})
+    assert rig.ctx.usage().tool_calls == 2
+
+
+def test_a_cancel_between_starts_records_the_calls_already_started(gate: threading.Event) -> None:
+    ctx = RunContext(RUN_ID, deadline_s=60.0)
+
+    def cancel_at_once(_tool: str) -> None:
+        ctx.cancel(CancelReason.USER)  # the user cancels as the first call starts
+
+    rig = build(probe(handler=blocking(gate), timeout_s=10.0), ctx=ctx, on_call=cancel_at_once)
+    calls = [rig.call("probe", {"query": f"q{i}"}) for i in range(3)]
+
+    with pytest.raises(RunCancelled):
+        rig.boundary.invoke_all(calls)
+
+    # The other two never started: not charged, not recorded.
+    assert_every_call_recorded(rig, calls[:1], InvocationStatus.CANCELLED, "cancelled")
+
+
+def test_a_budget_that_runs_out_mid_step_still_awaits_and_records_the_started_calls() -> None:
+    rig = build(probe(handler=sleeping(0.1, "ran")), budgets=Budgets(max_tool_calls=2))
+    calls = [rig.call("probe", {"query": f"q{i}"}) for i in range(3)]
+
+    with pytest.raises(BudgetExhausted):
+        rig.boundary.invoke_all(calls)
+
+    assert [(r.status, r.error_code) for r in rig.memory.tools] == [(InvocationStatus.READY, None)] * 2
+    assert {k[1] for k in rig.store.items} == {calls[0].id, calls[1].id}
+    assert rig.ctx.usage().tool_calls == 2
+
+
+def test_a_call_that_cannot_even_be_submitted_is_recorded_as_failed() -> None:
+    pool = ThreadPoolExecutor(max_workers=1)
+    pool.shutdown()
+    rig = build(probe(), executor=pool)
+    call = rig.call("probe", {"query": "q"})
+
+    observation = rig.boundary.invoke(call)
+
+    assert (observation.status, observation.error_code) == (InvocationStatus.FAILED, "tool_failed")
+    assert rig.ctx.usage().tool_calls == 1
+    assert [r.status for r in rig.memory.tools] == [InvocationStatus.FAILED]
+    stored = rig.store.get(RUN_ID, call.id)
+    assert stored is not None and stored.status is InvocationStatus.FAILED
 
 
 # --- backend failures ----------------------------------------------------------------------

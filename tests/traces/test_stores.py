@@ -511,6 +511,19 @@ def _record_everything(sinks: DjangoAuditSinks, run_id: str, *, secret: str = ""
             result_bytes=0,
         )
     )
+    sinks.record_tool(
+        ToolAuditRecord(
+            run_id=run_id,
+            tool_call_id="call-3",
+            tool="query_logs",
+            status=InvocationStatus.CANCELLED,
+            evidence_status=None,
+            error_code="deadline_exceeded",
+            duration_ms=3000.0,
+            request_bytes=20,
+            result_bytes=0,
+        )
+    )
     at = datetime(2026, 1, 5, 10, 0, 1, 500000, tzinfo=UTC)
     sinks.append(TimelineEvent(run_id, TimelineCategory.RUN, "run.started", at, {"previous_turn": False}))
     sinks.append(
@@ -553,11 +566,12 @@ def test_audit_records_are_buffered_until_flush_then_written_with_their_fields(a
     assert (steps[0].error_code, steps[1].error_code) == ("", "model_timeout")
 
     tools = {t.tool_call_id: t for t in ToolInvocation.objects.filter(run=run)}
-    assert set(tools) == {"call-1", "call-2"}
-    ok, refused = tools["call-1"], tools["call-2"]
+    assert set(tools) == {"call-1", "call-2", "call-3"}
+    ok, refused, cut_short = tools["call-1"], tools["call-2"], tools["call-3"]
     assert (ok.tool, ok.status, ok.evidence_status, ok.error_code) == ("query_logs", "ready", "ok", "")
     assert (ok.duration_ms, ok.request_bytes, ok.result_bytes) == (12.25, 64, 2048)
     assert (refused.status, refused.evidence_status, refused.error_code) == ("refused", "", "sql_refused")
+    assert (cut_short.status, cut_short.error_code) == ("cancelled", "deadline_exceeded")
 
     timeline = list(TraceEvent.objects.filter(run=run).order_by("at"))
     assert [(e.category, e.name) for e in timeline] == [("run", "run.started"), ("release", "release.decided")]
