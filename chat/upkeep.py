@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import threading
 import time
@@ -34,11 +35,19 @@ _lock = threading.Lock()
 _executing: dict[str, CancelReason | None] = {}
 
 
+_beating_in: int | None = None
+
+
 @contextlib.contextmanager
 def executing(run_id: str) -> Iterator[None]:
-    """Mark ``run_id`` as executed by this process for as long as the block runs."""
+    """Mark ``run_id`` as executed by this process for as long as the block runs; the process's
+    heartbeat thread (started here, in whichever process executes runs) beats for it."""
+    global _beating_in
     with _lock:
         _executing[run_id] = None
+        if _beating_in != os.getpid():
+            _beating_in = os.getpid()
+            threading.Thread(target=_beat_forever, name="heartbeat", daemon=True).start()
     try:
         yield
     finally:
@@ -58,13 +67,20 @@ def _stop(run_ids: list[str] | set[str], reason: CancelReason) -> None:
                 _executing[run_id] = reason
 
 
+def _beat_forever() -> None:
+    every = float(settings.RUN_UPKEEP["HEARTBEAT_S"])
+    while True:
+        time.sleep(every)
+        Upkeep._quietly("heartbeat", Upkeep.beat)
+
+
 def executing_now() -> list[str]:
     with _lock:
         return list(_executing)
 
 
 class Upkeep:
-    """The worker's upkeep thread. ``runs``: beat and sweep runs; ``webhooks``: sweep deliveries."""
+    """The worker's upkeep thread. ``runs``: sweep runs; ``webhooks``: sweep deliveries."""
 
     def __init__(self, *, runs: bool, webhooks: bool) -> None:
         self.runs, self.webhooks = runs, webhooks
@@ -88,18 +104,16 @@ class Upkeep:
 
     def _loop(self) -> None:
         upkeep = settings.RUN_UPKEEP
-        beat_every, sweep_every = float(upkeep["HEARTBEAT_S"]), float(upkeep["SWEEP_S"])
+        sweep_every = float(upkeep["SWEEP_S"])
         webhook_every = float(settings.WEBHOOK["SWEEP_S"])  # type: ignore[arg-type]
         now = time.monotonic()
         next_sweep = now + random.uniform(0, sweep_every)  # noqa: S311 - jitter, not security
         next_webhooks = now + random.uniform(0, webhook_every)  # noqa: S311
-        while not self._closing.wait(min(beat_every, sweep_every) if self.runs else webhook_every):
+        while not self._closing.wait(min(sweep_every, webhook_every) / 2):
             now = time.monotonic()
-            if self.runs:
-                self._quietly("heartbeat", self.beat)
-                if now >= next_sweep:
-                    next_sweep = now + sweep_every * random.uniform(0.8, 1.2)  # noqa: S311
-                    self._quietly("sweep", self.sweep)
+            if self.runs and now >= next_sweep:
+                next_sweep = now + sweep_every * random.uniform(0.8, 1.2)  # noqa: S311
+                self._quietly("sweep", self.sweep)
             if self.webhooks and now >= next_webhooks:
                 next_webhooks = now + webhook_every
                 self._quietly("webhook sweep", self.sweep_webhooks)
