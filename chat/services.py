@@ -19,6 +19,7 @@ from chat.redis_store import client as redis_client
 from chat.redis_store import request_cancel
 from chat.webhooks import signing
 from core.errors import ApplicationError, ErrorKind, QueueFull, QueueUnavailable
+from core.logcontext import binds_run
 from harness.application import ChatRequest, RunNotClaimed
 from harness.context import CancelReason
 from traces.lifecycle import EndCause
@@ -124,6 +125,7 @@ def run_sweep_stale(*, run: Run | None = None) -> int:
     return wiring.lifecycle().sweep(run_id=run.id if run is not None else None)
 
 
+@binds_run  # every line logged while it runs, in any thread of the run, carries the run's id
 def run_execute(*, run_id: str) -> None:
     """The body of the Celery task: run a queued run once. Anything else does nothing."""
     run = load_run_for_execution(run_id)

@@ -43,6 +43,7 @@ INSTALLED_APPS = [
 # Django's usual middleware, as sync-only variants (one thread hop per request under ASGI;
 # see chat/middleware.py); the admin's cookie-session ones are skipped under /api/.
 MIDDLEWARE = [
+    "chat.middleware.RunLogContextMiddleware",
     "chat.middleware.BodySizeLimitMiddleware",
     "chat.middleware.SyncSecurityMiddleware",
     "chat.middleware.AdminSessionMiddleware",
@@ -245,9 +246,13 @@ SPECTACULAR_SETTINGS = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"redact": {"()": "config.logging.RedactExceptions"}},
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
+    "filters": {
+        "redact": {"()": "config.logging.RedactExceptions"},
+        # the run a worker is executing (or "-"), on every line it logs, from any thread of the run
+        "run_id": {"()": "config.logging.RunIdFilter"},
+    },
+    "formatters": {"plain": {"()": "config.logging.plain_formatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact", "run_id"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.request": {"level": "ERROR"},
