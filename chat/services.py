@@ -11,7 +11,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from chat import wiring
+from chat import metrics, wiring
 from chat.authentication import digest, forget_cached_keys, new_raw_key
 from chat.events import EventStreamObserver
 from chat.models import ApiKey
@@ -126,6 +126,7 @@ def run_sweep_stale(*, run: Run | None = None) -> int:
 
 
 @binds_run  # every line logged while it runs, in any thread of the run, carries the run's id
+@metrics.RUNS_EXECUTING.track_inprogress()
 def run_execute(*, run_id: str) -> None:
     """The body of the Celery task: run a queued run once. Anything else does nothing."""
     run = load_run_for_execution(run_id)

@@ -6,6 +6,7 @@ the offline analyst as the model.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -240,6 +241,19 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "core.api.document_errors"],
 }
+
+# --- metrics ---------------------------------------------------------------------------------
+
+# Every process (web workers, Celery workers) writes its counters to files in this directory and
+# /metrics adds them up (prometheus_client's multiprocess mode). The library reads the variable
+# when it is imported, so it is exported here, before any module imports it. The service's stack
+# (`manage.py serve`, chat/stack.py) empties the directory when it starts the processes.
+METRICS_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "metrics")))
+METRICS_DIR.mkdir(parents=True, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(METRICS_DIR)
+# Unset: /metrics answers only direct (unproxied) loopback connections. Set: only requests
+# with `Authorization: Bearer <METRICS_TOKEN>`, from anywhere.
+METRICS_TOKEN = env_str("METRICS_TOKEN")
 
 # --- logging: ids, stages, codes and durations only -----------------------------------------
 
