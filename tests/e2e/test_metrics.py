@@ -1,5 +1,6 @@
 """Metrics end to end: runs executed by two worker processes and webhooks sent by a third are
-counted in each one's own files, and one scrape of the web process adds them all up."""
+counted in each one's own files, and one scrape of the web process adds them all up; readyz
+sees the idle runs workers answer."""
 
 from __future__ import annotations
 
@@ -126,3 +127,11 @@ def test_one_scrape_adds_up_what_every_process_counted(
 def test_a_scrape_through_a_proxy_on_this_machine_is_refused(metered_stack: Stack) -> None:
     proxied = httpx.get(f"{metered_stack.base_url}/metrics", headers={"X-Forwarded-For": "203.0.113.9"}, timeout=10)
     assert proxied.status_code == 403
+
+
+def test_readyz_sees_the_idle_runs_workers_answer(api: httpx.Client) -> None:
+    ready = api.get("/api/readyz").json()
+    assert ready["status"] == "ready"
+    assert ready["checks"]["workers"]["ok"] is True
+    assert ready["checks"]["workers"]["detail"] == {"answering": 2, "queue": "runs"}  # not the webhook worker
+    assert ready["checks"]["queue"] == {**ready["checks"]["queue"], "ok": True, "detail": {"runs": 0, "webhooks": 0}}
