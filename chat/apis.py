@@ -228,11 +228,11 @@ class ReadyApi(ApiView):
 
     @extend_schema(
         responses=inline_serializer("Ready", {"status": serializers.CharField(), "checks": serializers.JSONField()}),
-        summary="Readiness: database, Redis, broker and model provider",
+        summary="Readiness: database, Redis, broker and model provider; runs workers and queue depth (advisory)",
     )
     def get(self, request: Request) -> Response:
-        from chat.health import readiness
+        from chat.health import is_ready, readiness
 
         checks = readiness()
-        ready = all(c["ok"] for c in checks.values())
+        ready = is_ready(checks)
         return Response({"status": "ready" if ready else "unavailable", "checks": checks}, status=200 if ready else 503)

@@ -7,6 +7,8 @@ sync view, inside one hop. So every middleware here is sync-only (the built-in o
 subclassed to say so), and the only async code is the SSE view itself.
 
 
+``RunLogContextMiddleware`` binds the run a request is about (``/api/runs/<id>/…``) for its
+log lines, and unbinds it when the request ends.
 ``BodySizeLimitMiddleware`` refuses oversized API bodies before anything parses them.
 The ``Admin*`` middlewares are the ones the admin needs (sessions, CSRF, messages, login),
 doing nothing under ``/api/``: the API authenticates with keys, not cookies, and every request
@@ -16,6 +18,8 @@ saved from a middleware that has no work to do is time the service gets back.
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +35,7 @@ from django.middleware.security import SecurityMiddleware
 
 from core.api import STATUS_OF
 from core.errors import PayloadTooLarge, envelope
+from core.logcontext import bind_run, run_bound
 
 API_PREFIX = "/api/"
 #: file uploads: streamed by the multipart parser, limited by the upload size (plus the form)
@@ -65,6 +70,25 @@ class BodySizeLimitMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         return _too_big(request) or self.get_response(request)
+
+
+class RunLogContextMiddleware:
+    sync_capable = True
+    async_capable = False
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        # A thread serves request after request: each starts with no run bound, and ends so.
+        with run_bound(None):
+            return self.get_response(request)
+
+    def process_view(self, request: HttpRequest, view: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        run_id = kwargs.get("run_id")
+        if isinstance(run_id, str):
+            with contextlib.suppress(ValueError):  # only a well-formed id reaches a log line
+                bind_run(uuid.UUID(run_id))
 
 
 class _SkipUnderApi:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
 
 from core.errors import NotFound
@@ -78,3 +80,21 @@ def run_reasoning(*, run: Run) -> list[dict[str, Any]]:
         "step_index", "purpose", "reasoning", "assistant_text", "created_at"
     )
     return [dict(row) for row in rows]
+
+
+def service_queues() -> tuple[str, ...]:
+    """The Celery queues the service publishes to: the runs' (the default) and those routed to."""
+    routed = [str(route["queue"]) for route in settings.CELERY_TASK_ROUTES.values() if "queue" in route]
+    return tuple(dict.fromkeys([settings.CELERY_TASK_DEFAULT_QUEUE, *routed]))
+
+
+def queue_depths(queues: Sequence[str] | None = None) -> dict[str, int]:
+    """Messages waiting in each queue (the broker's list lengths, one round trip for all).
+    Raises when the broker cannot be read."""
+    from chat.redis_store import client
+
+    names = list(queues if queues is not None else service_queues())
+    pipe = client().pipeline(transaction=False)
+    for name in names:
+        pipe.llen(name)
+    return {name: int(length) for name, length in zip(names, pipe.execute(), strict=True)}

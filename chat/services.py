@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
 
-from chat import upkeep, wiring
+from chat import metrics, upkeep, wiring
 from chat.authentication import digest, forget_cached_keys, new_raw_key
 from chat.events import EventStreamObserver
 from chat.models import ApiKey
@@ -20,6 +20,7 @@ from chat.redis_store import client as redis_client
 from chat.redis_store import request_cancel
 from chat.webhooks import signing
 from core.errors import ApplicationError, ErrorKind, QueueFull, QueueUnavailable
+from core.logcontext import binds_run
 from harness.application import ChatRequest, RunNotClaimed
 from harness.context import CancelReason
 from traces.lifecycle import EndCause, Swept
@@ -124,6 +125,8 @@ def run_sweep_stale(*, run: Run | None = None) -> Swept:
     return wiring.lifecycle().sweep(run_id=run.id if run is not None else None)
 
 
+@binds_run  # every line logged while it runs, in any thread of the run, carries the run's id
+@metrics.RUNS_EXECUTING.track_inprogress()
 def run_execute(*, run_id: str) -> None:
     """The body of the Celery task: run a queued run once. Anything else does nothing."""
     run = load_run_for_execution(run_id)

@@ -129,6 +129,7 @@ class Stack:
         self._wait(lambda: redis_reachable(url), "redis", 10)
 
     def start(self, *, with_redis: bool = True, timeout_s: float = 60.0) -> Stack:
+        self._fresh_metrics()
         if with_redis:
             self.ensure_redis()
         self._spawn(
@@ -167,6 +168,14 @@ class Stack:
         if self.webhook_threads:
             self._wait(lambda: self._worker_ready(f"webhooks-{self.port}"), "webhooks", timeout_s)
         return self
+
+    def _fresh_metrics(self) -> None:
+        """The metrics restart with the service: an earlier run's files would add to them (the
+        children write into PROMETHEUS_MULTIPROC_DIR, which the settings export)."""
+        directory = self._env().get("PROMETHEUS_MULTIPROC_DIR")
+        if directory:
+            for stale in Path(directory).glob("*.db"):
+                stale.unlink(missing_ok=True)
 
     def _web_ready(self) -> bool:
         try:

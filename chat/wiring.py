@@ -1,8 +1,9 @@
 """The composition root: the one place where the harness meets its adapters.
 
 Read ``application()`` and you have read the architecture: the harness's ChatApplication
-with the ORM run store and audit sinks, the Redis invocation store and cancel signal, the
-models chosen per role from settings, and the configured evidence backends.
+with the ORM run store and audit sinks (model and tool calls metered on the way), the Redis
+invocation store and cancel signal, the models chosen per role from settings, and the
+configured evidence backends.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from chat import metrics
 from chat.events import EventStream
 from chat.redis_store import RedisCancelSignal, RedisInvocationStore
 from chat.webhooks.services import deliveries_for_run
@@ -159,7 +161,7 @@ def audit_sinks() -> DjangoAuditSinks:
 def lifecycle() -> RunLifecycle:
     """Every change of a run's state; each terminal one ends the run's event stream, archives
     it, then calls these hooks in order."""
-    return RunLifecycle(stream=EventStream(), hooks=[deliveries_for_run], publish=publish_run)
+    return RunLifecycle(stream=EventStream(), hooks=[deliveries_for_run, metrics.run_finished], publish=publish_run)
 
 
 def publish_run(run_id: uuid.UUID | str) -> None:
@@ -172,11 +174,13 @@ def publish_run(run_id: uuid.UUID | str) -> None:
 @functools.cache
 def application() -> ChatApplication:
     sinks, chosen = audit_sinks(), evidence()
+    # model and tool calls are stored as trace rows and observed as latencies
+    metered = metrics.MeteredAuditSinks(sinks, providers=providers(), tools=[spec.name for spec in chosen.tools])
     return ChatApplication(
         models=models(),
         run_store=DjangoRunStore(lifecycle()),
         invocations=RedisInvocationStore(ttl_s=int(settings.HARNESS["INVOCATION_TTL_S"])),
-        audit=AuditSinks(steps=sinks, tools=sinks, timeline=sinks, reasoning=sinks),
+        audit=AuditSinks(steps=metered, tools=metered, timeline=sinks, reasoning=sinks),
         tools=chosen.tools,
         runbooks=chosen.runbooks,
         settings=harness_settings(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import task_prerun, worker_ready, worker_shutting_down
+from celery.signals import task_prerun, worker_process_shutdown, worker_ready, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -50,3 +50,11 @@ def _fresh_connections(**_: object) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@worker_process_shutdown.connect  # type: ignore[untyped-decorator]
+def _metrics_process_exited(pid: int | None = None, **_: object) -> None:
+    """A pool child exits without running atexit: drop its live gauges (chat.metrics)."""
+    from chat.metrics import process_exited
+
+    process_exited(pid)

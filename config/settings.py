@@ -6,6 +6,7 @@ the offline analyst as the model.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -43,6 +44,7 @@ INSTALLED_APPS = [
 # Django's usual middleware, as sync-only variants (one thread hop per request under ASGI;
 # see chat/middleware.py); the admin's cookie-session ones are skipped under /api/.
 MIDDLEWARE = [
+    "chat.middleware.RunLogContextMiddleware",
     "chat.middleware.BodySizeLimitMiddleware",
     "chat.middleware.SyncSecurityMiddleware",
     "chat.middleware.AdminSessionMiddleware",
@@ -255,14 +257,31 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "core.api.document_errors"],
 }
 
+# --- metrics ---------------------------------------------------------------------------------
+
+# Every process (web workers, Celery workers) writes its counters to files in this directory and
+# /metrics adds them up (prometheus_client's multiprocess mode). The library reads the variable
+# when it is imported, so it is exported here, before any module imports it. The service's stack
+# (`manage.py serve`, chat/stack.py) empties the directory when it starts the processes.
+METRICS_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "metrics")))
+METRICS_DIR.mkdir(parents=True, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(METRICS_DIR)
+# Unset: /metrics answers only direct (unproxied) loopback connections. Set: only requests
+# with `Authorization: Bearer <METRICS_TOKEN>`, from anywhere.
+METRICS_TOKEN = env_str("METRICS_TOKEN")
+
 # --- logging: ids, stages, codes and durations only -----------------------------------------
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"redact": {"()": "config.logging.RedactExceptions"}},
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
+    "filters": {
+        "redact": {"()": "config.logging.RedactExceptions"},
+        # the run a worker is executing (or "-"), on every line it logs, from any thread of the run
+        "run_id": {"()": "config.logging.RunIdFilter"},
+    },
+    "formatters": {"plain": {"()": "config.logging.plain_formatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact", "run_id"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.request": {"level": "ERROR"},

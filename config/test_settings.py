@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from urllib.parse import urlparse
 
 os.environ.setdefault("VAR_DIR", str(os.path.join(os.path.dirname(os.path.dirname(__file__)), "var", "test")))
+if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+    # Each test session counts from zero, apart from any other; its processes share the directory.
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="sba-test-metrics-")
+    atexit.register(shutil.rmtree, os.environ["PROMETHEUS_MULTIPROC_DIR"], True)
 
 from config.settings import *  # noqa: F403
 from config.settings import HARNESS

@@ -84,6 +84,11 @@ class RunEnded:
     failure_code: str
     failure_message: str
     cause: EndCause
+    #: for the metrics: the harness's intent ("" if it never routed), the state the run left and
+    #: how long the harness took (None when the harness did not end it)
+    intent: str = ""
+    previous: RunStatus = RunStatus.RUNNING
+    duration_ms: float | None = None
 
     @property
     def failure(self) -> dict[str, str] | None:
@@ -299,6 +304,8 @@ class RunLifecycle:
             failure_code=values["failure_code"],
             failure_message=values["failure_message"],
             cause=EndCause.HARNESS,
+            intent=values["intent"],
+            duration_ms=result.duration_ms,
         )
         self._run_finished(ended)
         return True
@@ -415,7 +422,7 @@ class RunLifecycle:
             status=status, outcome=outcome, failure_code=code, failure_message=message, finished_at=timezone.now()
         )
         if won:
-            self._run_finished(RunEnded(run_id, status, outcome, None, code, message, cause))
+            self._run_finished(RunEnded(run_id, status, outcome, None, code, message, cause, previous=from_status))
         return bool(won)
 
     def _run_finished(self, ended: RunEnded) -> None:

@@ -32,6 +32,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 
+from chat import metrics
 from chat.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from chat.representations import run_resource
 from chat.webhooks import delivery as http
@@ -183,6 +184,7 @@ def _signing_secrets(delivery: WebhookDelivery, now: datetime) -> list[str]:
 
 
 def _record(delivery: WebhookDelivery, number: int, started: datetime, result: http.AttemptResult) -> WebhookAttempt:
+    metrics.webhook_attempted(result.verdict.value)
     row = WebhookAttempt.objects.create(
         delivery=delivery,
         number=number,

@@ -12,6 +12,7 @@ call that started is recorded, also when the run ends while it is in flight.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import threading
 import time
@@ -192,7 +193,10 @@ class ToolBoundary:
             )  # fmt: skip
         request["arguments"] = args.model_dump(mode="json")
         p.timeout_s = self._ctx.timeout_for(self._default_timeout_s if spec.timeout_s is None else spec.timeout_s)
-        p.future = (self._executor or _shared_pool()).submit(self._run_backend, spec, args, p.timeout_s)
+        # In a copy of this thread's context: what the caller bound (the run id its log lines
+        # carry) holds in the backend too, and nothing the backend sets leaks into the pool thread.
+        run_in_context = contextvars.copy_context().run
+        p.future = (self._executor or _shared_pool()).submit(run_in_context, self._run_backend, spec, args, p.timeout_s)
         return p
 
     def _run_backend(self, spec: ToolSpec[Any], args: Any, timeout_s: float) -> ToolOutput:

@@ -190,7 +190,7 @@ def _configured_console() -> logging.Handler:
 def test_the_console_handler_is_configured_with_the_redact_filter() -> None:
     configured: dict[str, Any] = settings.LOGGING
     assert configured["filters"]["redact"] == {"()": "config.logging.RedactExceptions"}
-    assert configured["handlers"]["console"]["filters"] == ["redact"]
+    assert configured["handlers"]["console"]["filters"] == ["redact", "run_id"]
     assert configured["root"]["handlers"] == ["console"]
     assert any(isinstance(f, RedactExceptions) for f in _configured_console().filters)
 

@@ -9,12 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
-from config.logging import RedactExceptions
+from config.logging import RedactExceptions, RunIdFilter, plain_formatter
 
 SECRET = "sk-live-SECRET-0123456789 SELECT card_number FROM payments"
-FORMAT: str = settings.LOGGING["formatters"]["plain"]["format"]  # type: ignore[index]
 
 
 def _fail_deep(secret: str) -> None:
@@ -38,11 +36,12 @@ def _record(msg: str, args: tuple[object, ...] | None, exc_info: object) -> logg
 
 @pytest.fixture
 def output() -> Iterator[tuple[logging.Logger, io.StringIO]]:
-    """A logger wired like the service's console: the redacting filter on the handler."""
+    """A logger wired like the service's console: its format, the redacting filter on the handler."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.setFormatter(plain_formatter())
     handler.addFilter(RedactExceptions())
+    handler.addFilter(RunIdFilter())
     logger = logging.getLogger("tests.redaction")
     logger.addHandler(handler)
     logger.propagate = False
@@ -68,7 +67,7 @@ def test_an_exception_record_keeps_only_its_type_and_where_it_was_raised() -> No
     )
     assert record.args is None and record.exc_info is None and record.exc_text is None
     assert record.stack_info is None
-    formatted = logging.Formatter(FORMAT).format(record)
+    formatted = plain_formatter().format(record)
     assert SECRET not in formatted and "sk-live" not in formatted
     assert "Traceback" not in formatted and "provider said" not in formatted
     assert "ValueError" in formatted
@@ -83,7 +82,7 @@ def test_logger_exception_output_has_no_secret_and_no_traceback(
     except ValueError:
         logger.exception("run %s failed on %r", "run-1", SECRET)
     text = stream.getvalue()
-    assert "ERROR tests.redaction tests.redaction: ValueError at " in text
+    assert "ERROR tests.redaction run=- tests.redaction: ValueError at " in text
     assert "_fail_deep" in text
     assert SECRET not in text and "sk-live" not in text and "the user asked" not in text
     assert "Traceback" not in text and "provider said" not in text
@@ -119,7 +118,9 @@ def test_records_without_an_exception_are_untouched(output: tuple[logging.Logger
     logger, stream = output
     logger.warning("run %s: broker unavailable: %s", "run-2", "OperationalError")
     assert (
-        stream.getvalue().rstrip().endswith("WARNING tests.redaction run run-2: broker unavailable: OperationalError")
+        stream.getvalue()
+        .rstrip()
+        .endswith("WARNING tests.redaction run=- run run-2: broker unavailable: OperationalError")
     )
 
 

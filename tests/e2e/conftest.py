@@ -44,6 +44,8 @@ def running_stack(
             "DATABASE_URL": database_url_for_children(),
             "TEST_REDIS_URL": settings.REDIS_URL,
             "VAR_DIR": os.environ.get("VAR_DIR", str(settings.VAR_DIR)),
+            # the stack's processes add up their metrics here, apart from this process's
+            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path_factory.mktemp("metrics")),
         }
         stack = Stack(
             port=free_port(),

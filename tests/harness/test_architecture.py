@@ -1,5 +1,5 @@
-"""harness/ is plain Python: no Django, Celery, DRF, Redis or django-eventstream inside it; and no
-production code leans on the helpers that only tests use."""
+"""harness/ is plain Python: no Django, Celery, DRF, Redis, django-eventstream or Prometheus client
+inside it; and no production code leans on the helpers that only tests use."""
 
 from __future__ import annotations
 
@@ -12,7 +12,16 @@ from pathlib import Path
 
 import harness
 
-FORBIDDEN = ("django", "celery", "rest_framework", "redis", "django_eventstream", "kombu", "drf_spectacular")
+FORBIDDEN = (
+    "django",
+    "celery",
+    "rest_framework",
+    "redis",
+    "django_eventstream",
+    "kombu",
+    "drf_spectacular",
+    "prometheus_client",  # metrics are recorded by the service's audit sinks and hooks
+)
 HARNESS = Path(harness.__file__).parent
 #: The packages that run in the service, the evaluator and the benchmarks.
 PRODUCTION = ("harness", "chat", "traces", "knowledge", "config", "bench")

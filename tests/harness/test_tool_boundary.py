@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import threading
 import time
@@ -581,6 +582,33 @@ def test_a_call_that_cannot_even_be_submitted_is_recorded_as_failed() -> None:
     assert [r.status for r in rig.memory.tools] == [InvocationStatus.FAILED]
     stored = rig.store.get(RUN_ID, call.id)
     assert stored is not None and stored.status is InvocationStatus.FAILED
+
+
+# --- the caller's context ---------------------------------------------------------------------
+
+_BOUND: contextvars.ContextVar[str] = contextvars.ContextVar("bound", default="nothing")
+
+
+def test_backends_run_in_the_callers_context_and_leave_nothing_behind() -> None:
+    """What the caller bound (the service binds the run id its log lines carry) holds in the pool
+    thread; what a backend binds stays in that call, not in the pool thread for the next one."""
+    seen: list[tuple[str, str]] = []
+
+    def handle(args: ProbeArgs, _timeout: float) -> ToolOutput:
+        seen.append((args.query, _BOUND.get()))
+        _BOUND.set("set by a backend")
+        return ok_output()
+
+    rig = build(probe(handler=handle))
+    token = _BOUND.set("run-7")
+    try:
+        rig.boundary.invoke_all([rig.call("probe", {"query": q}) for q in ("a", "b", "c")])
+    finally:
+        _BOUND.reset(token)
+    rig.boundary.invoke(rig.call("probe", {"query": "unbound"}))
+
+    assert sorted(seen) == [("a", "run-7"), ("b", "run-7"), ("c", "run-7"), ("unbound", "nothing")]
+    assert _BOUND.get() == "nothing"
 
 
 # --- backend failures ----------------------------------------------------------------------
