@@ -36,6 +36,8 @@ _executing: dict[str, CancelReason | None] = {}
 
 
 _beating_in: int | None = None
+#: set in a Celery worker (and inherited by its pool's children): heartbeats run only there
+in_worker = False
 
 
 @contextlib.contextmanager
@@ -45,7 +47,7 @@ def executing(run_id: str) -> Iterator[None]:
     global _beating_in
     with _lock:
         _executing[run_id] = None
-        if _beating_in != os.getpid():
+        if in_worker and _beating_in != os.getpid():
             _beating_in = os.getpid()
             threading.Thread(target=_beat_forever, name="heartbeat", daemon=True).start()
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import task_prerun, worker_process_shutdown, worker_ready, worker_shutting_down
+from celery.signals import task_prerun, worker_init, worker_process_shutdown, worker_ready, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -35,6 +35,14 @@ def _start_upkeep(sender: object = None, **_: object) -> None:
     names = {getattr(queue, "name", "") for queue in consumed}
     if names & {"runs", "webhooks"}:
         _upkeep.append(Upkeep(runs="runs" in names, webhooks="webhooks" in names).start())
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+def _in_worker(**_: object) -> None:
+    """Before any task: a process executing runs here beats for them (chat.upkeep)."""
+    from chat import upkeep
+
+    upkeep.in_worker = True
 
 
 @worker_shutting_down.connect  # type: ignore[untyped-decorator]

@@ -336,7 +336,7 @@ class RunLifecycle:
 
     def heartbeat(self, run_ids: Sequence[str]) -> set[str]:
         """Mark running runs as alive (their worker is executing them). Returns those of
-        ``run_ids`` that are no longer running: someone else ended them."""
+        ``run_ids`` that have ended: someone else ended them."""
         if not run_ids:
             return set()
         marks = ", ".join(["%s"] * len(run_ids))
@@ -347,8 +347,9 @@ class RunLifecycle:
             )
             if cursor.rowcount == len(run_ids):
                 return set()
-        alive = Run.objects.filter(id__in=run_ids, status=RunStatus.RUNNING).values_list("id", flat=True)
-        return set(run_ids) - {str(r) for r in alive}
+        # still queued: claimed a moment from now, not ended
+        active = Run.objects.filter(id__in=run_ids, status__in=ACTIVE_STATUSES).values_list("id", flat=True)
+        return set(run_ids) - {str(r) for r in active}
 
     def sweep(self, *, run_id: uuid.UUID | None = None) -> Swept:
         """End or re-publish runs nobody is working on:

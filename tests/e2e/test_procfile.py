@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -65,7 +64,7 @@ def layout(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytes
 
 
 def worker_node(worker_id: int) -> str:
-    return f"runs-{socket.gethostname()}-{worker_id}"
+    return f"runs-{worker_id}"
 
 
 def test_a_lost_worker_is_swept_by_the_sweeper_and_an_added_worker_takes_the_next_runs(
