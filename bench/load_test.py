@@ -917,7 +917,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             worker_concurrency=args.worker_concurrency,
             log_dir=log_dir,
         )
-        with stack:
+        # not ``with stack``: a stack interrupted while it starts must stop what it has started
+        try:
+            stack.start()
             _, key, secret = api_key_create(username="load")
             target = Target(stack.base_url, key, secret, f"http://127.0.0.1:{port}/hook", lambda: list(got))
             # every process has served a few runs before anything is measured (these are not counted)
@@ -940,6 +942,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_seconds=args.max_seconds,
             )
             report.processes = process_peaks(stack.processes)
+        finally:
+            stack.stop()
     if args.json:
         print(json.dumps({**asdict(report), "ok": report.ok, "goal": report.goal()}, indent=2, default=str))
     else:
