@@ -17,12 +17,13 @@ received exactly once (deduplicated on ``webhook-id``; the same ``webhook-id`` a
 same body is a retry, reported apart; with another body, or a second ``webhook-id`` for a run, it
 is a duplicate) and correctly signed; no submission refused.
 
-Reported: runs/s; submit → ``done`` p50/p95/p99; the peak resident memory (VmHWM) of each process
-of the stack; and, after ``--accumulate`` finished runs were added to the database, the same
+Reported: runs/s; submit → ``done`` p50/p95/p99; the CPU time the stack's processes spent per
+run; the peak resident memory (VmHWM) of each process of the stack; and, after ``--accumulate`` finished runs were added to the database, the same
 again: the goal is ≥ 90 % of the fresh throughput. Each throughput is also given as a ratio to a
 burst of no-op Celery tasks on the same broker and workers, measured just before and just after
 it, and the goal is judged on those ratios, so that a machine busy with other work moves both alike. The
-goal is reported, never a failure.
+goal is reported, never a failure; so is the CPU per run, which other work on the machine
+hardly moves.
 
 The accumulated runs are inserted, not run: each is a copy of one of the fresh phase's real
 runs — session, run, archived events, steps, tool invocations, timeline, webhook delivery and
@@ -42,6 +43,7 @@ import itertools
 import json
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import threading
@@ -99,6 +101,8 @@ class Target:
     webhook_url: str
     #: every request the receiver has got so far
     received: Callable[[], Sequence[ReceivedWebhook]]
+    #: the stack's processes by name (``Stack.processes``), whose CPU time is counted
+    processes: Mapping[str, Any] = field(default_factory=dict)
 
 
 # --- the webhook receiver ------------------------------------------------------------------------
@@ -548,18 +552,23 @@ def check(target: Target, observed: Observed, *, settle_s: float) -> Checks:
 # --- the baseline and the accumulated history ------------------------------------------------------
 
 
-def noop_burst(count: int) -> float:
+def noop_burst(count: int, rounds: int = 3) -> float:
     """No-op Celery tasks per second: ``count`` sent at once to the runs' queue, each answered
-    through the result backend — the broker and the workers' per-task cost, nothing else."""
+    through the result backend — the broker and the workers' per-task cost, nothing else. The
+    median of ``rounds`` bursts: one lasts a second or two, and other work on the machine comes
+    and goes at that pace."""
     from chat.tasks import noop
 
     for warm in [noop.apply_async() for _ in range(10)]:
         warm.get(timeout=30)
-    started = time.perf_counter()
-    pending = [noop.apply_async() for _ in range(count)]
-    for result in pending:
-        result.get(timeout=60)
-    return count / (time.perf_counter() - started)
+    rates = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        pending = [noop.apply_async() for _ in range(count)]
+        for result in pending:
+            result.get(timeout=60)
+        rates.append(count / (time.perf_counter() - started))
+    return statistics.median(rates)
 
 
 def _values(queryset: Any) -> list[dict[str, Any]]:
@@ -649,6 +658,9 @@ class Phase:
     #: no-op Celery tasks per second (the mean of a burst before and one after), and runs/s as a ratio to it
     baseline_tasks_per_s: float | None
     ratio: float | None
+    #: CPU time of the stack's processes per run while the runs were driven: what a run costs
+    #: whatever else the machine is doing (the load generator and the database not included)
+    cpu_ms_per_run: float | None
     checks: Checks
     database_runs: int
 
@@ -672,7 +684,14 @@ class Report:
         raw = grown.runs_per_s / fresh.runs_per_s if fresh.runs_per_s else 0.0
         normalised = grown.ratio / fresh.ratio if grown.ratio and fresh.ratio else None
         judged = normalised if normalised is not None else raw
-        return {"raw": raw, "normalised": normalised, "target": GOAL_ACCUMULATED, "met": judged >= GOAL_ACCUMULATED}
+        cpu = fresh.cpu_ms_per_run / grown.cpu_ms_per_run if fresh.cpu_ms_per_run and grown.cpu_ms_per_run else None
+        return {
+            "raw": raw,
+            "normalised": normalised,
+            "cpu": cpu,
+            "target": GOAL_ACCUMULATED,
+            "met": judged >= GOAL_ACCUMULATED,
+        }
 
 
 def phase(
@@ -691,6 +710,7 @@ def phase(
     from traces.models import Run
 
     before = noop_burst(baseline_tasks) if baseline_tasks else None
+    cpu_before = stack_cpu_s(target.processes)
     observed: Observed = _run_async(
         _drive(
             target,
@@ -705,6 +725,7 @@ def phase(
     seconds = observed.finished - observed.started
     latencies = [(a.done_at - a.asked_at) * 1000.0 for a in done if a.done_at is not None]
     rate = len(done) / seconds if seconds > 0 else 0.0
+    cpu = stack_cpu_s(target.processes) - cpu_before
     # Before and after: other work on the machine that comes or goes during the phase moves
     # the baseline as it moves the runs.
     baseline = (before + noop_burst(baseline_tasks)) / 2 if before is not None else None
@@ -724,6 +745,7 @@ def phase(
         stopped_by_time=observed.stopped_by_time,
         baseline_tasks_per_s=baseline,
         ratio=rate / baseline if baseline else None,
+        cpu_ms_per_run=cpu * 1000.0 / len(done) if target.processes and done else None,
         checks=checks,
         database_runs=Run.objects.count(),
     )
@@ -792,16 +814,36 @@ def _command(pid: int) -> str:
     return text if len(text) <= 60 else text[:57] + "…"
 
 
+def _tree(processes: Mapping[str, Any]) -> Iterator[tuple[str, int, int]]:
+    """(name, pid, depth) of each process of the stack and of each of their descendants."""
+    children = _parents()
+    for name, popen in processes.items():
+        todo = [(popen.pid, 0)]
+        while todo:
+            pid, depth = todo.pop(0)
+            yield name, pid, depth
+            todo.extend((child, depth + 1) for child in sorted(children.get(pid, [])))
+
+
+def stack_cpu_s(processes: Mapping[str, Any]) -> float:
+    """User + system CPU seconds so far of the stack's processes and their descendants."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for _, pid, _ in _tree(processes):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / ticks
+
+
 def process_peaks(processes: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Peak resident memory (VmHWM) of each process of the stack and of their descendants."""
-    tree = _parents()
     found: list[dict[str, Any]] = []
-    for name, popen in processes.items():
-        todo = [(popen.pid, name)]
-        while todo:
-            pid, label = todo.pop(0)
-            found.append({"process": label, "pid": pid, "command": _command(pid), "peak_rss_mib": _peak_rss_mib(pid)})
-            todo.extend((child, f"{name} child") for child in sorted(tree.get(pid, [])))
+    for name, pid, depth in _tree(processes):
+        label = name if depth == 0 else f"{name} child"
+        found.append({"process": label, "pid": pid, "command": _command(pid), "peak_rss_mib": _peak_rss_mib(pid)})
     found.append(
         {
             "process": "load test",
@@ -836,6 +878,8 @@ def _print(report: Report, args: argparse.Namespace) -> None:
                 f"    baseline: {p.baseline_tasks_per_s:.0f} no-op tasks/s on the same broker and workers"
                 f" → {p.ratio:.4f} runs per no-op task"
             )
+        if p.cpu_ms_per_run:
+            print(f"    CPU of the stack's processes: {p.cpu_ms_per_run:.0f} ms per run")
         print(
             f"    streams: {c.streams} read ({c.listener_streams} by listeners, {c.listener_streams_live} of them "
             f"attached while the run was live); open at once: {p.peak_listener_streams} listeners, {p.peak_streams} in all"
@@ -862,6 +906,8 @@ def _print(report: Report, args: argparse.Namespace) -> None:
             f"  throughput with the history: {shown}{goal['raw']:.0%} raw of the fresh figure "
             f"(goal ≥ {goal['target']:.0%}) {'MET' if goal['met'] else 'MISSED'}"
         )
+        if goal["cpu"] is not None:
+            print(f"  CPU per run with the history: the fresh figure is {goal['cpu']:.0%} of it")
     print("  peak resident memory (VmHWM):")
     for row in report.processes:
         mib = row["peak_rss_mib"]
@@ -921,7 +967,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             stack.start()
             _, key, secret = api_key_create(username="load")
-            target = Target(stack.base_url, key, secret, f"http://127.0.0.1:{port}/hook", lambda: list(got))
+            hook = f"http://127.0.0.1:{port}/hook"
+            target = Target(stack.base_url, key, secret, hook, lambda: list(got), stack.processes)
             # every process has served a few runs before anything is measured (these are not counted)
             _run_async(
                 _drive(

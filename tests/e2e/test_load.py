@@ -41,6 +41,7 @@ def test_a_small_load_loses_and_doubles_nothing(load_stack: Stack, alice: Caller
         webhook_secret=alice.webhook_secret,
         webhook_url=receiver.url("/ok"),
         received=lambda: list(receiver.received),
+        processes=load_stack.processes,
     )
 
     report = load_test(
@@ -64,3 +65,4 @@ def test_a_small_load_loses_and_doubles_nothing(load_stack: Stack, alice: Caller
     assert fresh.peak_listener_streams > CLIENTS
     assert sum(checks.outcomes.values()) == RUNS and set(checks.outcomes) <= {"success", "fallback"}
     assert fresh.runs_per_s > 0 and fresh.ratio is not None and fresh.latency_ms["p50"] <= fresh.latency_ms["p99"]
+    assert fresh.cpu_ms_per_run is not None and fresh.cpu_ms_per_run > 0
