@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-models.txt | sha1sum | cut -c1-12)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo serve test check lint typecheck migrations format bench clean
+.PHONY: help setup demo serve test check lint typecheck migrations format bench load soak clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -61,6 +61,14 @@ bench: $(STAMP) ## benchmark the harness alone, retrieval at 10k/100k chunks, th
 	$(BIN)/python -m chat.stack ensure-redis && $(BIN)/python -m bench.service_bench || status=1; \
 	$(BIN)/python -m bench.webhook_bench || status=1; \
 	exit $$status
+
+load: $(STAMP) ## load test: 1,000 runs, 50 clients, 200 SSE listeners, a webhook each; nothing lost or doubled
+	$(BIN)/python -m chat.stack ensure-redis
+	$(BIN)/python -m bench.load_test
+
+soak: $(STAMP) ## the load test, longer: 5,000 runs per phase (at most 30 minutes each), again after 3,000 more in the database
+	$(BIN)/python -m chat.stack ensure-redis
+	$(BIN)/python -m bench.load_test --runs 5000 --max-seconds 1800
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -49,10 +49,10 @@ def _prepare_database(url: str) -> None:
         conn.close()
 
 
-def prepared_service(database_url: str) -> str:
+def prepared_service(database_url: str, redis_url: str | None = None) -> str:
     """A fresh benchmark database, migrated, and an empty benchmark Redis database, with Django
     set up on them in this process; returns the Redis URL."""
-    redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+    redis_url = redis_url or os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
     os.environ.update(
         {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "config.settings"}
     )
