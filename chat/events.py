@@ -184,6 +184,8 @@ def owner_key(run_id: uuid.UUID | str) -> str:
 # prefix (the event without its id) completed with the id. Atomic, like every Redis script.
 _EMIT = """
 local count = tonumber(ARGV[4])
+local last = redis.call('LINDEX', KEYS[1], -1)
+if last and string.sub(last, 1, 11) == '{"t":"done"' then return 0 end
 local length = redis.call('RPUSH', KEYS[1], unpack(ARGV, 5, 4 + count))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[1]) end
@@ -208,7 +210,8 @@ def emit_many(
     This is django-eventstream's ``send_event`` (storage first, then the Redis message its
     listeners expect), batched: a run's last events (``content``, ``done``) go out together.
     ``owner_id`` is stored beside them, so the stream can check who may read it without the
-    database.
+    database. Nothing is added after ``done``: a run ended elsewhere (cancelled, swept) while its
+    worker was still reporting progress keeps ``done`` as its last event.
     """
     channel = channel_for(run_id)
     items: list[bytes] = []
@@ -226,6 +229,8 @@ def emit_many(
             args=[_ttl_s(), "" if owner_id is None else owner_id, PUBSUB_CHANNEL, len(items), *items, *prefixes],
         )
     )
+    if not length:
+        return []
     return list(range(length - len(items) + 1, length + 1))
 
 
