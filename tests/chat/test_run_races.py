@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ DIAGNOSIS = "Payments are timing out since 10:00, please investigate"
 
 
 @pytest.fixture
-def racing(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def racing(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     settings.WEBHOOK = {**settings.WEBHOOK, "ALLOWED_CIDRS": ["127.0.0.1/32"], "ALLOWED_PORTS": ["9"]}
     # a deadline short enough to land while the chain runs, in some rounds before the end
     settings.HARNESS = {**settings.HARNESS, "DEADLINE_S": 0.05}
