@@ -730,11 +730,14 @@ def phase(
     seconds = observed.finished - observed.started
     latencies = [(a.done_at - a.asked_at) * 1000.0 for a in done if a.done_at is not None]
     rate = len(done) / seconds if seconds > 0 else 0.0
+    # the phase's CPU includes its last runs' webhooks, not the checks' own requests
+    _settled(target, sorted(observed.asked), settle_s)
     cpu = stack_cpu_s(target.processes) - cpu_before
-    # Before and after: other work on the machine that comes or goes during the phase moves
-    # the baseline as it moves the runs.
-    baseline = (before + noop_burst(baseline_tasks)) / 2 if before is not None else None
     checks = check(target, observed, settle_s=settle_s)
+    # Before and after: other work on the machine that comes or goes during the phase moves the
+    # baseline as it moves the runs. After the checks, which wait until every webhook is in: a
+    # burst beside the last deliveries would measure them, not the broker.
+    baseline = (before + noop_burst(baseline_tasks)) / 2 if before is not None else None
     return Phase(
         name=name,
         runs=len(observed.asked),
@@ -974,8 +977,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _, key, secret = api_key_create(username="load")
             hook = f"http://127.0.0.1:{port}/hook"
             target = Target(stack.base_url, key, secret, hook, lambda: list(got), stack.processes)
-            # every process has served a few runs before anything is measured (these are not counted)
-            _run_async(
+            # every process has served a few runs before anything is measured (these are not counted),
+            # and their webhooks are in before the first baseline is taken
+            warm: Observed = _run_async(
                 _drive(
                     target,
                     runs=args.clients * 2,
@@ -985,6 +989,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     stream_timeout_s=60,
                 )
             )
+            _settled(target, sorted(warm.asked), 60)
             report = load_test(
                 target,
                 runs=args.runs,
