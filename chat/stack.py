@@ -129,6 +129,14 @@ class Stack:
         self._wait(lambda: redis_reachable(url), "redis", 10)
 
     def start(self, *, with_redis: bool = True, timeout_s: float = 60.0) -> Stack:
+        """Start every process and wait until each answers; on any failure, stop those started."""
+        try:
+            return self._start(with_redis=with_redis, timeout_s=timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, *, with_redis: bool, timeout_s: float) -> Stack:
         self._fresh_metrics()
         if with_redis:
             self.ensure_redis()
