@@ -1,5 +1,5 @@
-"""Running the whole service on one machine: Redis (when none is reachable), the ASGI server
-and a Celery worker, as child processes that stop together.
+"""Running the whole service on one machine: Redis (when none is reachable at a local address),
+the ASGI server and a Celery worker, as child processes that stop together.
 
 Used by ``manage.py serve`` (foreground), ``manage.py demo``, the end-to-end tests and the
 benchmarks, so all of them run exactly the same processes.
@@ -25,6 +25,8 @@ from urllib.parse import urlparse
 import httpx
 import redis
 
+from core.startup import StartupError, safe_url
+
 logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,8 +42,33 @@ def free_port() -> int:
 def redis_reachable(url: str) -> bool:
     try:
         return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5).ping())
-    except redis.RedisError:
+    except (redis.RedisError, ValueError):  # ValueError: a malformed URL
         return False
+
+
+#: The hosts a Redis URL may name for a redis-server to be started here when none answers: this
+#: machine's loopback names, the default. Any other host is a server this machine does not run,
+#: so the answer is an error, not a local Redis on the port the URL happens to name.
+LOCAL_REDIS_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", ""})
+
+
+def local_redis_address(url: str) -> tuple[str, int]:
+    """Where a redis-server for ``url``, which does not answer, may be started (host to bind,
+    port); a :class:`StartupError` when the URL names another host or its port is taken."""
+    try:
+        parts = urlparse(url)
+        host, port = parts.hostname or "", parts.port or 6379
+    except ValueError:
+        raise StartupError("REDIS_URL is malformed: the port is not a number") from None
+    if parts.scheme != "redis" or host not in LOCAL_REDIS_HOSTS:
+        raise StartupError(f"Redis at {safe_url(url)} does not answer")
+    bind = host if host == "::1" else "127.0.0.1"
+    try:
+        with socket.create_connection((bind, port), timeout=0.5):
+            pass
+    except OSError:
+        return bind, port
+    raise StartupError(f"Redis at {safe_url(url)} does not answer, and another program listens on port {port}")
 
 
 def _redis_server_binary() -> str | None:
@@ -121,11 +148,11 @@ class Stack:
         url = self._env().get("REDIS_URL", "redis://127.0.0.1:6379/0")
         if redis_reachable(url):
             return
+        host, port = local_redis_address(url)
         binary = _redis_server_binary()
         if binary is None:
-            raise RuntimeError(f"Redis is not reachable at {url} and redis-server could not be installed")
-        port = urlparse(url).port or 6379
-        self._spawn("redis", [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            raise StartupError(f"Redis at {safe_url(url)} does not answer and redis-server could not be installed")
+        self._spawn("redis", [binary, "--port", str(port), "--bind", host, "--save", "", "--appendonly", "no"])
         self._wait(lambda: redis_reachable(url), "redis", 10)
 
     def start(self, *, with_redis: bool = True, timeout_s: float = 60.0) -> Stack:
@@ -265,26 +292,37 @@ class Stack:
 
 
 def ensure_redis_daemon(url: str) -> None:
-    """Start a background redis-server for ``url`` unless one answers (for ``make test``)."""
+    """Start a background redis-server for ``url`` unless one answers (for ``make test``); only
+    at a local address (:data:`LOCAL_REDIS_HOSTS`)."""
     if redis_reachable(url):
         return
+    host, port = local_redis_address(url)
     binary = _redis_server_binary()
     if binary is None:
-        raise SystemExit(f"Redis is not reachable at {url} and redis-server could not be installed")
-    port = urlparse(url).port or 6379
-    subprocess.run(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "yes"],
-        check=True,
+        raise StartupError(f"Redis at {safe_url(url)} does not answer and redis-server could not be installed")
+    started = subprocess.run(
+        [binary, "--port", str(port), "--bind", host, "--save", "", "--appendonly", "no", "--daemonize", "yes"],
+        check=False,
         capture_output=True,
+        text=True,
     )
+    if started.returncode != 0:
+        said = (started.stdout + started.stderr).strip().splitlines()
+        raise StartupError(
+            f"redis-server could not start for {safe_url(url)}: {said[-1] if said else started.returncode}"
+        )
     for _ in range(100):
         if redis_reachable(url):
             return
         time.sleep(0.1)
-    raise SystemExit(f"redis-server did not come up at {url}")
+    raise StartupError(f"redis-server did not come up at {safe_url(url)}")
 
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["ensure-redis"]:
         raise SystemExit("usage: python -m chat.stack ensure-redis")
-    ensure_redis_daemon(os.environ.get("TEST_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")
+    url = os.environ.get("TEST_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+    try:
+        ensure_redis_daemon(url)
+    except StartupError as exc:
+        raise SystemExit(f"error: {exc}") from None

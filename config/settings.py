@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import dj_database_url
-
 from config.env import env_bool, env_float, env_int, env_list, env_str, local_secret
+from core.startup import StartupError, database_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
@@ -77,10 +76,9 @@ TEMPLATES = [
 # --- database ------------------------------------------------------------------------------
 
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'superbizagent.sqlite3'}")
+# A malformed URL is one line from manage.py (core.startup), not a traceback.
 DATABASES = {
-    "default": dj_database_url.parse(
-        DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 300), conn_health_checks=True
-    )
+    "default": database_settings(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 300), conn_health_checks=True)
 }
 _engine = DATABASES["default"]["ENGINE"]
 if _engine.endswith("sqlite3"):
@@ -101,6 +99,8 @@ elif "mysql" in _engine:
             "isolation_level": "read committed",
         }
     )
+    # An unreachable server answers within this, rather than when the OS gives up (minutes).
+    DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env_int("DB_CONNECT_TIMEOUT_S", 10))
     DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -153,10 +153,14 @@ CELERY_WORKER_DISABLE_RATE_LIMITS = True  # no task is rate limited: skip the pe
 CELERY_DB_REUSE_MAX = 10_000
 
 _r = urlparse(REDIS_URL)
+try:
+    _redis_port = _r.port or 6379
+except ValueError:
+    raise StartupError("REDIS_URL is malformed: the port is not a number") from None
 # Events sent by workers reach the web processes' listeners through Redis pub/sub.
 EVENTSTREAM_REDIS = {
     "host": _r.hostname or "127.0.0.1",
-    "port": _r.port or 6379,
+    "port": _redis_port,
     "db": int((_r.path or "/0").lstrip("/") or 0),
     **({"password": _r.password} if _r.password else {}),
 }

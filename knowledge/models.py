@@ -115,6 +115,9 @@ class LogEntry(models.Model):
     message = models.TextField()
     attributes = models.JSONField(default=dict, blank=True)
     source = models.CharField(max_length=200, blank=True, help_text="the file it was ingested from")
+    #: the line's content and occurrence (knowledge.logs.identity): an ingest never stores the
+    #: same line twice. Empty only for rows written other than by an ingest.
+    digest = models.CharField(max_length=64, unique=True, null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ("-ts",)
@@ -123,3 +126,22 @@ class LogEntry(models.Model):
             models.Index(fields=("service", "ts"), name="log_service_ts"),
             models.Index(fields=("level", "ts"), name="log_level_ts"),
         ]
+
+
+class LogFile(models.Model):
+    """A log file whose whole content was ingested, recognised by the digest of its bytes.
+
+    Ingesting the same content again reads nothing, as long as its first and last entries are
+    still stored (rows deleted since, by ``--replace`` of another file for instance, make it be
+    read again, and only what is missing is stored).
+    """
+
+    sha256 = models.CharField(max_length=64, unique=True)
+    source = models.CharField(max_length=200, help_text="the path it was read from")
+    entries = models.PositiveIntegerField()
+    first_digest = models.CharField(max_length=64)
+    last_digest = models.CharField(max_length=64)
+    ingested_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.source

@@ -40,7 +40,7 @@ from knowledge.extract import TYPES
 from knowledge.fixtures import FixtureError, merge, read_tables, write_tables
 from knowledge.logs.ingest import ingest, log_files
 from knowledge.logs.parsing import UNKNOWN_SERVICE
-from knowledge.models import Chunk, Document, LogEntry, Runbook
+from knowledge.models import Chunk, Document, LogEntry, LogFile, Runbook
 from knowledge.runbooks import RUNBOOK_DIR, load_runbooks
 
 SHIPPED_RUNBOOKS = Path(RUNBOOK_DIR)
@@ -187,6 +187,7 @@ def clear_evidence() -> None:
         Chunk.objects.all().delete()
         Document.objects.all().delete()
         LogEntry.objects.all().delete()
+        LogFile.objects.all().delete()
         Runbook.objects.all().delete()
         services.index_bump()
 
@@ -209,7 +210,7 @@ def load_evidence(scenario: Scenario, *, embedder: Embedder | None, sql_path: Pa
     problems = load_documents(scenario.documents, embedder=embedder)
     if scenario.logs:
         report = ingest(log_files(scenario.logs), default_service=UNKNOWN_SERVICE, progress=False)
-        if report.read and not report.stored:
+        if report.read and not report.entries:
             problems.append("no log line could be parsed")
     if scenario.runbooks is not None:
         load_runbooks(scenario.runbooks)

@@ -3,7 +3,7 @@
 - :mod:`~knowledge.logs.parsing`: log files read into entries (JSON lines, ISO-timestamped
   text, syslog, logfmt, Monolog; ``.gz``), and the reason for every line that is not one.
 - :mod:`~knowledge.logs.ingest`: entries stored as :class:`~knowledge.models.LogEntry` rows
-  (``manage.py ingest_logs``).
+  (``manage.py ingest_logs``), each line once (:mod:`~knowledge.logs.identity`: a line's digest).
 - :mod:`~knowledge.logs.source`: :class:`~knowledge.logs.source.DatabaseLogSource`, the
   :class:`~harness.ports.LogSource` the agent's ``query_logs`` tool reads, with the semantics of
   :class:`harness.inmemory.InMemoryLogs` and message templates mined with drain3.

@@ -3,15 +3,20 @@ reference semantics of ``InMemoryLogs``, its templates, and a whole diagnosis re
 
 from __future__ import annotations
 
+import gzip
+import importlib
 import io
 import json
+import threading
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.apps import apps as django_apps
 from django.core.management import CommandError, call_command
 
 from harness.application import ChatApplication, ChatRequest
@@ -28,9 +33,10 @@ from harness.llm.offline import OfflineAnalyst
 from harness.logs import log_template
 from harness.ports import LogLine, LogQuery, LogResult
 from harness.tools.evidence import query_logs_tool
+from knowledge.logs import ingest as ingest_module
 from knowledge.logs.ingest import ingest
 from knowledge.logs.source import DatabaseLogSource
-from knowledge.models import LogEntry, LogLevel
+from knowledge.models import LogEntry, LogFile, LogLevel
 from tests.harness.scope_fixtures import tools_over
 
 pytestmark = pytest.mark.usefixtures("service")
@@ -150,7 +156,7 @@ def test_the_command_refuses_missing_files_and_fails_when_nothing_parses(tmp_pat
     assert LogEntry.objects.count() == 0
 
 
-def test_replace_ingests_a_file_again_without_duplicates(tmp_path: Path) -> None:
+def test_replace_mirrors_a_file_that_was_edited(tmp_path: Path) -> None:
     path = mixed_file(tmp_path)
     other = tmp_path / "other.log"
     other.write_text("2026-11-30T10:00:00Z INFO svc-b other file\n")
@@ -158,8 +164,211 @@ def test_replace_ingests_a_file_again_without_duplicates(tmp_path: Path) -> None
 
     call_command("ingest_logs", str(path), "--replace", "--quiet", stdout=io.StringIO())
     assert LogEntry.objects.count() == 10
+    # An edited line is a new line; without --replace its old version stays beside it.
+    path.write_text(path.read_text().replace("Out of memory", "Out of heap"))
     call_command("ingest_logs", str(path), "--quiet", stdout=io.StringIO())
-    assert LogEntry.objects.count() == 19
+    assert LogEntry.objects.count() == 11
+    call_command("ingest_logs", str(path), "--replace", "--quiet", stdout=io.StringIO())
+    assert LogEntry.objects.count() == 10
+    assert set(LogEntry.objects.filter(source=str(path)).values_list("message", flat=True)) >= {"Out of heap"}
+    assert not LogEntry.objects.filter(message="Out of memory").exists()
+
+
+# --- ingesting again -----------------------------------------------------------------------
+
+
+def ingest_command(*args: str) -> str:
+    out = io.StringIO()
+    call_command("ingest_logs", *args, "--quiet", stdout=out)
+    return out.getvalue()
+
+
+def messages() -> list[str]:
+    return sorted(LogEntry.objects.values_list("message", flat=True))
+
+
+def test_the_same_file_again_adds_nothing_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = mixed_file(tmp_path)
+    ingest_command(str(path))
+    before = messages()
+
+    def unread(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an unchanged file is not read again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("knowledge.logs.ingest.parse_stream", unread)
+        text = ingest_command(str(path))
+
+    assert text.splitlines()[0] == (
+        f"{path}: already ingested: 9 lines, 0 new (unchanged since; --replace ingests it again)."
+    )
+    assert "Read " not in text and "Unparsable" not in text
+    assert messages() == before
+
+
+def test_a_file_whose_lines_were_deleted_since_is_read_again_for_them(tmp_path: Path) -> None:
+    path = mixed_file(tmp_path)
+    ingest_command(str(path))
+    before = messages()
+    LogEntry.objects.filter(message="Deploy finished").delete()  # the file's first entry
+
+    text = ingest_command(str(path))
+
+    assert "Read 15 lines from 1 file: 1 stored, 8 already ingested, 3 unparsable" in text
+    assert messages() == before
+
+
+def test_an_appended_file_stores_only_the_appended_lines(tmp_path: Path) -> None:
+    path = mixed_file(tmp_path)
+    ingest_command(str(path))
+    with path.open("a", encoding="utf-8") as out:
+        out.write("2026-11-30T10:06:00Z ERROR payment-service Still failing\n")
+        out.write("2026-11-30T10:03:00Z ERROR payment-service Request failed\n")  # a second such line
+
+    text = ingest_command(str(path))
+
+    assert "Read 17 lines from 1 file: 2 stored, 9 already ingested, 3 unparsable" in text
+    assert "Lines already ingested are not stored twice (--replace" in text
+    assert LogEntry.objects.count() == 11
+    assert LogEntry.objects.filter(message="Request failed").count() == 2
+    assert LogEntry.objects.filter(message="Still failing").count() == 1
+
+
+def test_identical_lines_of_one_file_are_all_kept(tmp_path: Path) -> None:
+    line = "2026-11-30T10:00:00Z ERROR payment-service Connection refused\n"
+    thrice = tmp_path / "thrice.log"
+    thrice.write_text(line * 3 + "2026-11-30T10:00:01Z INFO payment-service retrying\n")
+
+    assert "4 stored" in ingest_command(str(thrice))
+    assert "0 new" in ingest_command(str(thrice))
+    twice = tmp_path / "twice.log"
+    twice.write_text(line * 2)
+    assert "0 stored, 2 already ingested" in ingest_command(str(twice))
+    five = tmp_path / "five.log"
+    five.write_text(line + "2026-11-30T10:00:00Z WARN payment-service something else\n" + line * 4)
+    assert "3 stored, 3 already ingested" in ingest_command(str(five))
+
+    assert LogEntry.objects.filter(message="Connection refused").count() == 5
+    assert LogEntry.objects.count() == 7
+
+
+def test_the_same_lines_in_another_file_or_compressed_are_not_stored_again(tmp_path: Path) -> None:
+    path = mixed_file(tmp_path)
+    ingest_command(str(path), "--service", "checkout-default")
+    before = messages()
+    copy = tmp_path / "renamed.log"
+    copy.write_bytes(path.read_bytes())
+    packed = tmp_path / "mixed.log.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    crlf = tmp_path / "exported.log"
+    crlf.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+
+    # the same content: recognised without reading it
+    for same in (copy, packed):
+        assert f"{same}: already ingested: 9 lines, 0 new" in ingest_command(str(same), "--service", "checkout-default")
+    # other bytes, the same lines
+    assert "0 stored, 9 already ingested" in ingest_command(str(crlf), "--service", "checkout-default")
+    assert messages() == before
+    # The service is part of a line: the one line that names none is another line for another default.
+    assert "1 stored, 8 already ingested" in ingest_command(str(copy), "--service", "other-default")
+    assert LogEntry.objects.filter(message="no service here").count() == 2
+
+
+def test_a_folder_of_unchanged_files_is_summed_up(tmp_path: Path) -> None:
+    mixed_file(tmp_path)
+    (tmp_path / "b.jsonl").write_text('{"ts": "2026-11-30T10:00:00Z", "service": "b", "msg": "hello"}\n')
+    first = ingest_command(str(tmp_path))
+    assert "Read 16 lines from 2 files: 10 stored, 3 unparsable" in first
+
+    again = ingest_command(str(tmp_path))
+
+    assert again.splitlines() == [
+        "2 files: already ingested: 10 lines, 0 new (unchanged since; --replace ingests them again)."
+    ]
+
+
+def test_an_interrupted_ingest_stores_the_rest_when_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = mixed_file(tmp_path)
+    original = ingest_module._store
+    calls = 0
+
+    def fail_second_batch(rows: list[Any]) -> tuple[int, int]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise ConnectionError("lost the database")
+        return original(rows)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ingest_module, "_store", fail_second_batch)
+        with pytest.raises(ConnectionError):
+            ingest([path], default_service="x", batch=4, progress=False)
+    assert LogEntry.objects.count() == 4
+    assert not LogFile.objects.exists()  # the file was not ingested whole
+
+    report = ingest([path], default_service="x", batch=4, progress=False)
+
+    assert (report.stored, report.already) == (5, 4)
+    assert LogEntry.objects.count() == 9
+    assert LogFile.objects.get().entries == 9
+
+
+def test_two_ingests_of_the_same_lines_at_once_store_each_line_once(tmp_path: Path) -> None:
+    from django.db import connections
+
+    lines = [
+        f"2026-11-30T10:{i // 60:02d}:{i % 60:02d}Z {'ERROR' if i % 7 == 0 else 'INFO'} svc-{i % 3} request {i % 50}"
+        for i in range(600)
+    ]
+    files = [tmp_path / "a.log", tmp_path / "b.log"]
+    for file in files:
+        file.write_text("\n".join(lines) + "\n")
+    start = threading.Barrier(2)
+    reports: list[Any] = []
+
+    def run(file: Path) -> None:
+        try:
+            start.wait()
+            reports.append(ingest([file], default_service="x", batch=50, progress=False))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(file,)) for file in files]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert LogEntry.objects.count() == 600
+    assert sorted((r.stored + r.already) for r in reports) == [600, 600]
+    assert sum(r.stored for r in reports) == 600
+
+
+def test_rows_stored_before_digests_get_the_digests_an_ingest_gives(tmp_path: Path) -> None:
+    """The migration that introduced digests: old rows, even an old ingest's duplicates, get
+    them, and ingesting their file again afterwards adds nothing."""
+    backfill = importlib.import_module("knowledge.migrations.0004_log_digests").give_stored_lines_digests
+    path = mixed_file(tmp_path)
+    path.write_text(path.read_text() + MIXED[-1] + "\n")  # a repeated line
+    ingest([path], default_service="x", progress=False, batch=3)
+    digests = dict(LogEntry.objects.values_list("id", "digest"))
+    assert len(set(digests.values())) == 10
+    # as a version without digests left them, with the file ingested twice
+    LogFile.objects.all().delete()
+    LogEntry.objects.update(digest=None)
+    for row in LogEntry.objects.all():
+        row.pk = None
+        row.save()
+
+    backfill(django_apps, SimpleNamespace(connection=SimpleNamespace(alias="default")))
+
+    assert {pk: d for pk, d in LogEntry.objects.values_list("id", "digest") if pk in digests} == digests
+    assert LogEntry.objects.filter(digest__isnull=True).count() == 0
+    assert LogEntry.objects.count() == 20
+    report = ingest([path], default_service="x", progress=False)
+    assert (report.stored, report.already) == (0, 10)
+    ingest([path], default_service="x", progress=False, replace_existing=True)
+    assert LogEntry.objects.count() == 10
 
 
 def test_a_progress_bar_is_shown_unless_quiet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

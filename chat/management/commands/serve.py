@@ -31,6 +31,7 @@ class Command(BaseCommand):
             log_dir=settings.VAR_DIR / "logs",
             quiet=False,
         )
+        stack.ensure_redis()  # before anything starts: a Redis that cannot be had is one line, nothing to stop
         try:
             stack.start()
             self.stdout.write(

@@ -1,4 +1,5 @@
-"""``manage.py ingest_logs PATH... [--service NAME] [--quiet]``: store log files for ``query_logs``."""
+"""``manage.py ingest_logs PATH... [--service NAME] [--replace] [--quiet]``: store log files for
+``query_logs``. Running it again stores only the lines that are new."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from knowledge.logs.parsing import UNKNOWN_SERVICE
 class Command(BaseCommand):
     help = (
         "Parse log files (JSON lines, ISO-8601 plain text, Monolog, syslog, logfmt; .gz too) and store "
-        "their lines for the query_logs tool. Prints how many lines were stored and the first ones "
-        "that could not be parsed, with their line numbers."
+        "their lines for the query_logs tool. Lines already stored (from the same file or another) are not "
+        "stored again, so running it twice, or on a file that grew, adds only the new lines. Prints how many "
+        "lines were stored, how many were there already, and the first ones that could not be parsed."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -29,7 +31,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--replace",
             action="store_true",
-            help="first delete the lines an earlier ingest stored from the same files",
+            help="first delete the lines an earlier ingest stored from the same files, and read them even if "
+            "unchanged: for a file that was edited or truncated rather than appended to",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -49,5 +52,5 @@ class Command(BaseCommand):
             replace_existing=options["replace"],
         )
         self.stdout.write(format_report(report))
-        if report.read and not report.stored:
+        if report.read and not report.entries:
             raise CommandError("no line could be parsed")

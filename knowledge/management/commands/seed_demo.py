@@ -54,7 +54,7 @@ class Command(BaseCommand):
             write_tables(url, tables)
         self.stdout.write(
             f"demo data: {len(incidents)} incidents; runbooks: {runbooks.summary()}; "
-            f"{report.stored} log lines from {len(logs)} files; {len(tables)} business tables"
+            f"{report.entries} log lines from {len(logs)} files; {len(tables)} business tables"
         )
         for problem in problems:
             self.stdout.write(f"  document not indexed: {problem}")
