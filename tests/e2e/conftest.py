@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from chat.stack import Stack, free_port
+from tests.webhook_receiver import Receiver, receiving
 
 
 def database_url_for_children() -> str:
@@ -58,6 +59,18 @@ def running_stack(
         yield stack
     finally:
         stack.stop()
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    """A local webhook receiver for a module's stack (see ``reaching``)."""
+    with receiving() as running:
+        yield running
+
+
+def reaching(receiver: Receiver) -> dict[str, str]:
+    """The stack's environment that lets webhooks reach the local receiver."""
+    return {"WEBHOOK_ALLOWED_CIDRS": "127.0.0.1/32", "WEBHOOK_ALLOWED_PORTS": str(receiver.port)}
 
 
 @pytest.fixture(scope="module")

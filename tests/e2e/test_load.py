@@ -12,24 +12,18 @@ import pytest
 from bench.load_test import Target, load_test
 from chat.stack import Stack
 from tests.django_fixtures import Caller
-from tests.e2e.conftest import running_stack
-from tests.webhook_receiver import Receiver, receiving
+from tests.e2e.conftest import reaching, running_stack
+from tests.webhook_receiver import Receiver
 
 RUNS, CLIENTS, LISTENERS = 120, 12, 40
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    with receiving() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
 def load_stack(
     receiver: Receiver, django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    env = {"WEBHOOK_ALLOWED_CIDRS": "127.0.0.1/32", "WEBHOOK_ALLOWED_PORTS": str(receiver.port)}
+    env = reaching(receiver)
     with running_stack(django_db_blocker, tmp_path_factory, env=env, worker_concurrency=2) as stack:
         yield stack
 

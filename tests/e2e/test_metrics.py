@@ -17,8 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from chat.metrics import PREFIX
 from chat.stack import Stack
 from tests.django_fixtures import Caller
-from tests.e2e.conftest import running_stack
-from tests.webhook_receiver import Receiver, receiving
+from tests.e2e.conftest import reaching, running_stack
+from tests.e2e.test_streams import wait_terminal
+from tests.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.timeout(180)
 DIAGNOSIS = "Payments are timing out since 10:00, please investigate"
@@ -26,16 +27,10 @@ CHAT = "hello, what can you do?"
 
 
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    with receiving() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
 def metered_stack(
     receiver: Receiver, django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    env = {"WEBHOOK_ALLOWED_CIDRS": "127.0.0.1/32", "WEBHOOK_ALLOWED_PORTS": str(receiver.port)}
+    env = reaching(receiver)
     with running_stack(django_db_blocker, tmp_path_factory, env=env, worker_concurrency=2) as stack:
         yield stack
 
@@ -45,16 +40,6 @@ def api(metered_stack: Stack, alice: Caller) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {alice.key}"}
     with httpx.Client(base_url=metered_stack.base_url, headers=headers, timeout=httpx.Timeout(10, read=60)) as client:
         yield client
-
-
-def wait_terminal(client: httpx.Client, run_id: str, timeout_s: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        run: dict[str, Any] = client.get(f"/api/runs/{run_id}").json()
-        if run["status"] in ("completed", "failed", "cancelled"):
-            return run
-        time.sleep(0.05)
-    raise AssertionError(f"run {run_id} did not finish")
 
 
 def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:

@@ -16,16 +16,10 @@ from standardwebhooks.webhooks import Webhook
 
 from chat.stack import Stack
 from tests.django_fixtures import Caller
-from tests.e2e.conftest import running_stack
-from tests.webhook_receiver import Receiver, receiving
+from tests.e2e.conftest import reaching, running_stack
+from tests.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    with receiving() as running:
-        yield running
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +27,7 @@ def webhook_stack(
     receiver: Receiver, django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     env = {
-        "WEBHOOK_ALLOWED_CIDRS": "127.0.0.1/32",
-        "WEBHOOK_ALLOWED_PORTS": str(receiver.port),
+        **reaching(receiver),
         "WEBHOOK_SWEEP_S": "0.5",
     }
     with running_stack(django_db_blocker, tmp_path_factory, env=env, worker_concurrency=1) as stack:
