@@ -8,6 +8,7 @@ defaults are ten times slower and the README says so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -123,17 +124,37 @@ def archived_done(run_id: str) -> int:
     return RunEvent.objects.filter(run_id=run_id, event_type="done").count()
 
 
+def signalled_mid_run(
+    api: httpx.Client, pid: int, sig: signal.Signals
+) -> tuple[str, list[tuple[str, dict[str, Any]]], float]:
+    """Ask a diagnosis, send ``sig`` to ``pid`` at its first tool call, follow it to its end:
+    the run, its events, and how long after the signal it ended."""
+    run_id = ask(api)
+    sent: list[float] = []
+
+    def send() -> None:
+        sent.append(time.monotonic())
+        os.kill(pid, sig)
+
+    events = follow(api, run_id, on_tool_call=send)
+    return run_id, events, time.monotonic() - sent[0]
+
+
+@contextlib.contextmanager
+def consumer_paused(stack: Stack) -> Iterator[None]:
+    """The worker takes no task from the queue inside the block (its upkeep goes on)."""
+    from celery import current_app
+
+    current_app.control.cancel_consumer("runs", destination=[worker_name(stack)], reply=True, timeout=5)
+    try:
+        yield
+    finally:
+        current_app.control.add_consumer("runs", destination=[worker_name(stack)], reply=True, timeout=5)
+
+
 def test_a_worker_killed_mid_run_ends_the_run_worker_lost_and_is_replaced(api: httpx.Client, supervised: Stack) -> None:
     killed = worker(supervised)
-    run_id = ask(api)
-    timing: dict[str, float] = {}
-
-    def kill() -> None:
-        timing["killed"] = time.monotonic()
-        os.kill(killed, signal.SIGKILL)
-
-    events = follow(api, run_id, on_tool_call=kill)
-    ended_after_s = time.monotonic() - timing["killed"]
+    run_id, events, ended_after_s = signalled_mid_run(api, killed, signal.SIGKILL)
 
     kind, failure = the_end(events)
     assert (kind, failure["code"]) == ("failure", "worker_lost")
@@ -149,16 +170,11 @@ def test_a_worker_killed_mid_run_ends_the_run_worker_lost_and_is_replaced(api: h
 
 
 def test_a_duplicated_or_redelivered_task_never_runs_a_run_twice(api: httpx.Client, supervised: Stack) -> None:
-    from celery import current_app
-
     from chat.tasks import run_chat
 
-    current_app.control.cancel_consumer("runs", destination=[worker_name(supervised)], reply=True, timeout=5)
-    try:
+    with consumer_paused(supervised):
         run_id = ask(api, CHAT)
         run_chat.apply_async(args=[run_id])  # the same task twice in the queue
-    finally:
-        current_app.control.add_consumer("runs", destination=[worker_name(supervised)], reply=True, timeout=5)
     assert the_end(follow(api, run_id))[0] == "content"
     finished = row(run_id)
     run_chat.apply_async(args=[run_id])  # and once more, after it finished (a late redelivery)
@@ -176,16 +192,12 @@ def test_a_duplicated_or_redelivered_task_never_runs_a_run_twice(api: httpx.Clie
 def test_a_queued_run_whose_task_the_broker_lost_is_published_again_and_completes(
     api: httpx.Client, supervised: Stack, service: Any
 ) -> None:
-    from celery import current_app
     from django.conf import settings
 
-    current_app.control.cancel_consumer("runs", destination=[worker_name(supervised)], reply=True, timeout=5)
-    try:
+    with consumer_paused(supervised):
         run_id = ask(api, CHAT)
         wait_for(lambda: service.llen(settings.CELERY_TASK_DEFAULT_QUEUE) >= 1, 5, "the task reaching the queue")
         service.delete(settings.CELERY_TASK_DEFAULT_QUEUE)  # the broker lost it (flushed, restarted, stolen)
-    finally:
-        current_app.control.add_consumer("runs", destination=[worker_name(supervised)], reply=True, timeout=5)
 
     assert the_end(follow(api, run_id))[0] == "content"
     run = row(run_id)
@@ -196,15 +208,7 @@ def test_a_warm_shutdown_ends_the_current_run_cleanly_and_the_worker_is_replaced
     api: httpx.Client, supervised: Stack
 ) -> None:
     stopped = worker(supervised)
-    run_id = ask(api)
-    timing: dict[str, float] = {}
-
-    def terminate() -> None:
-        timing["sent"] = time.monotonic()
-        os.kill(stopped, signal.SIGTERM)
-
-    events = follow(api, run_id, on_tool_call=terminate)
-    ended_after_s = time.monotonic() - timing["sent"]
+    run_id, events, ended_after_s = signalled_mid_run(api, stopped, signal.SIGTERM)
 
     kind, data = the_end(events)
     # finished within the grace, or ended at its next boundary once the grace was over
