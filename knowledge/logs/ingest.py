@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from harness.logs import LEVEL_RANK
@@ -64,6 +64,7 @@ _MAX_BATCH_BYTES = 4_000_000
 #: digests looked up per query (below SQLite's limit on parameters)
 _LOOKUP_CHUNK = 900
 #: a batch that meets rows a concurrent ingest just stored is tried again this many times
+_MYSQL_DEADLOCK = 1213
 _STORE_ATTEMPTS = 5
 
 
@@ -198,12 +199,21 @@ def _store(rows: list[_Row]) -> tuple[int, int]:
                 known = _stored_digests([row[-1] for row in rows])
                 fresh = [row for row in rows if row[-1] not in known]
                 _insert(fresh)
-        except IntegrityError:
-            if attempt == _STORE_ATTEMPTS - 1:
+        except (IntegrityError, OperationalError) as exc:
+            # InnoDB may report the same lost race as a deadlock (1213) instead of a duplicate
+            if attempt == _STORE_ATTEMPTS - 1 or not _lost_race(exc):
                 raise
             continue
         return len(fresh), len(rows) - len(fresh)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _lost_race(exc: Exception) -> bool:
+    """A duplicate digest, or MySQL/MariaDB's deadlock between two inserts of the same digests."""
+    if isinstance(exc, IntegrityError):
+        return True
+    cause = exc.__cause__ or exc
+    return bool(getattr(cause, "args", None)) and cause.args[0] == _MYSQL_DEADLOCK
 
 
 def _insert(rows: list[_Row]) -> None:
