@@ -8,6 +8,7 @@ from storage first: the run's Redis list while it is live, its archived rows aft
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import logging
@@ -29,7 +30,7 @@ from chat.redis_store import client
 from harness.ports import RunControl, Scalar, Stage
 from harness.release import RunResult
 from traces.lifecycle import RunEnded
-from traces.models import Run
+from traces.models import TERMINAL_STATUSES, Run
 from traces.sql import Row, insert_rows
 
 logger = logging.getLogger(__name__)
@@ -134,16 +135,24 @@ def _event(channel: str, seq: int, item: bytes) -> Event:
 
 
 def event_rows(run_id: uuid.UUID | str) -> list[Row]:
-    """The run's live event list as rows, ready to archive."""
-    rows: list[Row] = []
+    """The run's live event list as rows, ready to archive.
+
+    A list that does not end with ``done`` lost events (Redis restarted without persistence
+    mid-run, or was down when the run ended): it is completed from the run's row, so the
+    archive always ends as the run did. A list lost entirely is rebuilt from the row alone.
+    """
     now = timezone.now()
     run = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(run_id)
-    for seq, item in enumerate(client().lrange(events_key(run_id), 0, -1), start=1):
-        parsed = orjson.loads(item)
-        rows.append(
-            (RunEvent, {"run_id": run, "seq": seq, "event_type": parsed["t"], "data": parsed["d"], "created_at": now})
-        )
-    return rows
+    events = [(p["t"], p["d"]) for p in map(orjson.loads, client().lrange(events_key(run_id), 0, -1))]
+    if not events or events[-1][0] != TERMINAL_EVENT:
+        ended = ended_in_row(run)
+        if ended is not None:
+            opening, end = ended
+            events = [*(events or opening), *end]
+    return [
+        (RunEvent, {"run_id": run, "seq": seq, "event_type": kind, "data": data, "created_at": now})
+        for seq, (kind, data) in enumerate(events, start=1)
+    ]
 
 
 def archive_events(run_id: uuid.UUID | str) -> int:
@@ -217,7 +226,7 @@ def emit_many(
     items: list[bytes] = []
     prefixes: list[bytes] = []
     for event_type, data in events:
-        text = json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False)
+        text = _encoded(data)
         items.append(orjson.dumps({"t": event_type, "d": text}))
         # The listener's message with "pub_id" last, cut open where the id goes.
         prefixes.append(
@@ -257,13 +266,47 @@ def emit_terminal(
     failure: Mapping[str, str] | None,
 ) -> None:
     """``content`` or ``failure``, then ``done``: the end of every stream, in one round trip."""
+    emit_many(run_id, terminal_events(outcome=outcome, content=content, failure=failure))
+
+
+def terminal_events(
+    *, outcome: str, content: Mapping[str, Any] | None, failure: Mapping[str, str] | None
+) -> list[tuple[str, Mapping[str, Any]]]:
     events: list[tuple[str, Mapping[str, Any]]] = []
     if content is not None:
         events.append(("content", content))
     if failure is not None:
         events.append(("failure", failure))
     events.append((TERMINAL_EVENT, {"outcome": outcome}))
-    emit_many(run_id, events)
+    return events
+
+
+def _encoded(data: Mapping[str, Any]) -> str:
+    return json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False)
+
+
+#: An ended run's events as its row tells them: its opening events, then its terminal ones.
+RowEvents = tuple[list[tuple[str, str]], list[tuple[str, str]]]
+
+
+def ended_in_row(run_id: uuid.UUID | str, *, ended_before: datetime.datetime | None = None) -> RowEvents | None:
+    """The events a run's stream opened and ended with, rebuilt from its row (``type``, JSON
+    data) — for a stream whose stored events were lost. None while the run has not ended (or,
+    with ``ended_before``, ended later than that: its own ``done`` may still be on the way)."""
+    row = (
+        Run.objects.filter(id=run_id, status__in=TERMINAL_STATUSES)
+        .values("session_id", "outcome", "content", "failure_code", "failure_message", "finished_at")
+        .first()
+    )
+    if row is None or (ended_before is not None and row["finished_at"] and row["finished_at"] > ended_before):
+        return None
+    failure = {"code": row["failure_code"], "message": row["failure_message"]} if row["failure_code"] else None
+    opening = [
+        ("metadata", _encoded({"session_id": str(row["session_id"]), "run_id": str(run_id)})),
+        ("status", _encoded({"stage": Stage.QUEUED.value})),
+    ]
+    end = terminal_events(outcome=row["outcome"], content=row["content"], failure=failure)
+    return opening, [(kind, _encoded(data)) for kind, data in end]
 
 
 class EventStream:

@@ -12,7 +12,12 @@ publish via Redis. The loop here replaces the library's streaming view for two r
   loop back to storage.
 
 The stream ends after ``done``. A client that reconnects after ``done`` gets 204, which tells
-an EventSource to stop reconnecting. Ids are plain integers; ``Last-Event-ID`` may also be in
+an EventSource to stop reconnecting. If the run's stored events were lost (Redis restarted
+without persistence mid-run, or was down when the run ended), the end still comes: a stream
+that has had nothing new for ``ROW_CHECK_S`` looks at the run's row, and once the run has been
+over for ``END_GRACE_S`` its ``content``/``failure`` and ``done`` are rebuilt from the row and
+sent in sequence. A run whose events are gone from both Redis and the archive is served the
+same way from its row. Ids are plain integers; ``Last-Event-ID`` may also be in
 the library's ``run-<id>:<n>`` form.
 
 The same stream is served two ways: ``serve_stream``, a plain ASGI app that the ASGI entry
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import functools
 import logging
 import re
@@ -42,6 +48,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
+from django.utils import timezone
 from django_eventstream.event import Event
 from django_eventstream.utils import sse_encode_event
 from django_eventstream.views import Listener, get_listener_manager
@@ -53,6 +60,7 @@ from chat.events import (
     archived_events,
     archived_last_event,
     channel_for,
+    ended_in_row,
     events_key,
     owner_key,
 )
@@ -66,6 +74,10 @@ BATCH = 500
 #: message costs at most this much delay) and how often to send a keep-alive comment.
 POLL_S = 2.0
 KEEP_ALIVE_S = 15.0
+#: After this long with nothing to send, a stream asks the run's row whether the run is over;
+#: a run that has been over for END_GRACE_S without its ``done`` arriving lost its events.
+ROW_CHECK_S = 5.0
+END_GRACE_S = 3.0
 _LAST_ID = re.compile(r"^(?:run-[0-9a-fA-F-]{36}:)?(\d{1,9})$")
 HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
@@ -159,6 +171,22 @@ def _archived_newest(run_key: str) -> tuple[int, str | None]:
     return archived_last_event(run_key)
 
 
+def _ended_in_row(run_key: str, grace_s: float) -> Any:
+    close_old_connections()
+    return ended_in_row(run_key, ended_before=timezone.now() - datetime.timedelta(seconds=grace_s))
+
+
+async def _rebuilt_end(channel: str, run_key: str, last_id: int, *, grace_s: float) -> list[Event]:
+    """The run's ``content``/``failure`` and ``done`` from its row, numbered after ``last_id``
+    (with its opening events first when the client has seen nothing), or [] while it runs."""
+    ended = await sync_to_async(_ended_in_row, thread_sensitive=False)(run_key, grace_s)
+    if ended is None:
+        return []
+    opening, end = ended
+    events = [*opening, *end] if last_id == 0 else end
+    return [Event(channel, kind, data, id=last_id + i) for i, (kind, data) in enumerate(events, start=1)]
+
+
 async def _read(storage: RunEventStorage, channel: str, run_key: str, last_id: int, limit: int) -> list[Event]:
     """Events after ``last_id``: from the live Redis list, or from the archived rows."""
     pipe = _aredis().pipeline(transaction=False)
@@ -223,9 +251,19 @@ async def _open_stream(
     if newest_type == TERMINAL_EVENT and last_id >= newest:
         return FINISHED
     if newest_type != TERMINAL_EVENT and not live:
-        # A run that has not ended is followed through Redis; its archive comes at its end.
-        return UNAVAILABLE
+        # Redis is down. A run that has not ended is followed through Redis (its archive comes
+        # at its end); one that ended while Redis was down is told by its row.
+        archived = await sync_to_async(_archived, thread_sensitive=False)(channel, run_key, last_id, BATCH)
+        end = await _rebuilt_end(channel, run_key, max(newest, last_id), grace_s=0)
+        if not end:
+            return UNAVAILABLE
+        return _replay([*archived, *end] if last_id < newest else end)
     return _stream(storage, channel, run_key, last_id, user.pk)
+
+
+async def _replay(events: list[Event]) -> AsyncIterator[str]:
+    yield "retry: 2000\n"
+    yield "".join(_encode(e) for e in events)
 
 
 def _encode(event: Event) -> str:
@@ -242,6 +280,7 @@ async def _stream(
     listener.assign_loop()
     manager.add_listener(listener)
     loop = asyncio.get_running_loop()
+    sent_at = next_row_check = loop.time()
     try:
         # Field lines with no blank line after them: they belong to the next event's block, so
         # no client sees an empty event (some dispatch one for a retry-only or comment block).
@@ -252,8 +291,12 @@ async def _stream(
                 listener.overflow = False
                 listener.aevent.clear()
             events = await _read(storage, channel, run_key, last_id, BATCH)
+            if not events and loop.time() - sent_at >= ROW_CHECK_S and loop.time() >= next_row_check:
+                next_row_check = loop.time() + ROW_CHECK_S
+                events = await _rebuilt_end(channel, run_key, last_id, grace_s=END_GRACE_S)
             if events:
                 last_id = int(events[-1].id)
+                sent_at = loop.time()
                 yield "".join(_encode(e) for e in events)
                 if events[-1].type == TERMINAL_EVENT:
                     return
@@ -289,6 +332,7 @@ async def _stream(
                         finished = True
                         break
                 if chunk:
+                    sent_at = loop.time()
                     yield "".join(chunk)
                 if finished:
                     return

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
+from django.utils import timezone
 
 from chat.events import (
     PUBSUB_CHANNEL,
@@ -89,6 +90,39 @@ def test_an_archived_stream_replays_from_its_rows_once_the_list_is_gone(alice: C
     assert storage.get_events(channel, 5) == []
     assert storage.last_event(channel) == (5, "done")
     assert storage.get_current_id(channel) == 5
+
+
+def ended(run: Run, **fields: Any) -> None:
+    Run.objects.filter(id=run.id).update(status="failed", outcome="failed", finished_at=timezone.now(), **fields)
+
+
+def test_a_list_that_lost_its_end_is_archived_with_the_end_the_row_records(alice: Caller, service: Any) -> None:
+    """Redis was restarted mid-run: the list holds what came after, and no ``done``."""
+    run = new_run(alice)
+    emit_many(run.id, [("status", {"stage": "agent_step"})])
+    ended(run, failure_code="worker_lost", failure_message="The worker running this run stopped.")
+
+    assert archive_events(run.id) == 3
+    rows = [(e.seq, e.event_type, json.loads(e.data)) for e in RunEvent.objects.filter(run=run).order_by("seq")]
+    assert rows == [
+        (1, "status", {"stage": "agent_step"}),
+        (2, "failure", {"code": "worker_lost", "message": "The worker running this run stopped."}),
+        (3, "done", {"outcome": "failed"}),
+    ]
+
+
+def test_a_list_lost_entirely_is_archived_from_the_row_alone(alice: Caller, service: Any) -> None:
+    run = new_run(alice)
+    ended(run, failure_code="internal_error", failure_message="x")
+    assert archive_events(run.id) == 4
+    kinds = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("event_type", flat=True))
+    assert kinds == ["metadata", "status", "failure", "done"]
+    metadata = json.loads(RunEvent.objects.get(run=run, seq=1).data)
+    assert metadata == {"session_id": str(run.session_id), "run_id": str(run.id)}
+
+
+def test_a_live_run_without_events_archives_nothing(alice: Caller, service: Any) -> None:
+    assert archive_events(new_run(alice).id) == 0
 
 
 def test_last_event_is_the_newest_event_live_or_archived(alice: Caller, service: Any) -> None:

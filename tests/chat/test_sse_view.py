@@ -7,6 +7,7 @@ loop (``async_to_sync``), as under WSGI.
 
 from __future__ import annotations
 
+import datetime
 import json
 import uuid
 from collections.abc import Iterator
@@ -16,10 +17,11 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.http import HttpResponseBase
 from django.test import AsyncClient, Client
+from django.utils import timezone
 from django_eventstream.views import get_listener_manager
 
 from chat import services, sse
-from chat.events import RunEventStorage, channel_for, events_key
+from chat.events import RunEventStorage, channel_for, ended_in_row, events_key
 from chat.models import RunEvent
 from tests.django_fixtures import Caller
 
@@ -263,3 +265,72 @@ def test_a_stream_that_cannot_be_opened_for_any_reason_is_a_500_envelope(
 
     assert_refusal(response, body, 500, "internal_error")
     assert b"secret detail" not in body and b"Traceback" not in body
+
+
+# --- a run whose stored events were lost -----------------------------------------------------
+
+
+def lose_events(run_id: str, service: Any) -> None:
+    """What a Redis restart without persistence does to a run's events, archive not written yet."""
+    service.delete(events_key(run_id))
+    RunEvent.objects.filter(run_id=run_id).delete()
+
+
+def test_a_run_whose_events_were_lost_everywhere_is_told_by_its_row(
+    alice: Caller, finished_run: str, service: Any
+) -> None:
+    original = stored(finished_run)
+    lose_events(finished_run, service)
+
+    response, body = request(f"/api/runs/{finished_run}/events", headers=auth(alice))
+
+    assert response.status_code == 200
+    events = parse(body)
+    assert [e[1] for e in events] == ["metadata", "status", "content", "done"]
+    assert [e[0] for e in events] == [1, 2, 3, 4]
+    assert json.loads(events[2][2]) == json.loads(original[-2][2])  # the published content, from the row
+    assert events[3] == (4, "done", original[-1][2])
+
+
+def test_with_redis_down_a_run_that_ended_unarchived_is_told_by_its_row(
+    alice: Caller, finished_run: str, service: Any, redis_down: None
+) -> None:
+    original = stored(finished_run)
+    RunEvent.objects.filter(run_id=finished_run).delete()
+
+    response, body = request(f"/api/runs/{finished_run}/events", headers=auth(alice, **{"Last-Event-ID": "6"}))
+
+    assert response.status_code == 200
+    events = parse(body)
+    assert [(e[0], e[1]) for e in events] == [(7, "content"), (8, "done")]
+    assert events[1][2] == original[-1][2]
+
+
+def test_a_stream_left_waiting_by_lost_events_ends_as_the_row_says(
+    alice: Caller, finished_run: str, service: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis restarted mid-run: the client has seen 7 events, the list now holds fewer and
+    never reaches a ``done`` it would accept. The stream still ends, in sequence."""
+    original = stored(finished_run)
+    lose_events(finished_run, service)
+    service.rpush(events_key(finished_run), b'{"t":"status","d":"{\\"stage\\":\\"agent_step\\"}"}')
+    monkeypatch.setattr(sse, "POLL_S", 0.05)
+    monkeypatch.setattr(sse, "ROW_CHECK_S", 0.2)
+    monkeypatch.setattr(sse, "END_GRACE_S", 0.0)
+
+    response, body = request(f"/api/runs/{finished_run}/events", headers=auth(alice, **{"Last-Event-ID": "7"}))
+
+    assert response.status_code == 200
+    events = parse(body)
+    assert [(e[0], e[1]) for e in events] == [(8, "content"), (9, "done")]
+    assert events[1][2] == original[-1][2]
+
+
+def test_the_row_stands_in_only_for_a_run_over_for_the_grace_period(
+    alice: Caller, finished_run: str, service: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within END_GRACE_S of the run's end, the row does not stand in for its ``done``: the
+    real one is normally a few milliseconds behind the row and would arrive twice."""
+    a_minute_ago = timezone.now() - datetime.timedelta(seconds=60)
+    assert ended_in_row(finished_run, ended_before=a_minute_ago) is None
+    assert ended_in_row(finished_run) is not None

@@ -34,9 +34,11 @@ def running_stack(
     *,
     env: dict[str, str],
     worker_concurrency: int,
+    with_redis: bool = False,
 ) -> Iterator[Stack]:
     """The ASGI server and a Celery worker on the test database and Redis, stopped afterwards
-    (per module: no worker outlives its tests to consume other tests' queued tasks)."""
+    (per module: no worker outlives its tests to consume other tests' queued tasks). With
+    ``with_redis``, the stack runs its own redis-server for the ``REDIS_URL`` in ``env``."""
     from django.conf import settings
 
     with django_db_blocker.unblock():
@@ -54,7 +56,7 @@ def running_stack(
             worker_concurrency=worker_concurrency,
             log_dir=tmp_path_factory.mktemp("stack-logs"),
         )
-        stack.start(with_redis=False)
+        stack.start(with_redis=with_redis)
     try:
         yield stack
     finally:
