@@ -133,6 +133,8 @@ class RunContext:
         self._output_tokens = 0
         self._model_s = 0.0
         self._backend_s = 0.0
+        #: the index of the model step in progress or last made (the tool calls it asks for belong to it)
+        self.current_step: int | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from harness.agent import DiagnosisAgent
 from harness.context import Outcome
 from harness.draft import strip_code_fence
 from harness.errors import HarnessError, ModelResponseInvalid
-from harness.guards.evidence import EvidenceGuard
+from harness.guards.evidence import EvidenceGuard, GuardResult
 from harness.guards.repair import EvidenceRepair
 from harness.guards.semantic import SemanticGuard, Verdict
 from harness.llm.base import Message, ModelRole, Purpose, ToolCall
@@ -147,6 +147,7 @@ class DiagnosisExecutor:
             TimelineCategory.EVIDENCE, "evidence.checked",
             passed=check.result.passed, findings=len(check.result.findings), codes=",".join(check.result.codes),
         )  # fmt: skip
+        _record_findings(scope, check.result)
         if not check.result.passed:
             scope.status(Stage.EVIDENCE_REPAIR)
             repaired = self._repair.repair(scope.caller, outcome.conversation, draft, check.result)
@@ -159,6 +160,7 @@ class DiagnosisExecutor:
                 TimelineCategory.EVIDENCE, "evidence.rechecked",
                 passed=check.result.passed, findings=len(check.result.findings), codes=",".join(check.result.codes),
             )  # fmt: skip
+            _record_findings(scope, check.result)
             if not check.result.passed:
                 return self._release.fallback(FallbackReason.EVIDENCE_REJECTED, observations)
 
@@ -178,3 +180,20 @@ class DiagnosisExecutor:
         release = self._release.diagnosis(draft, check, observations)
         published = self._memory.from_report(question, release.content.payload)
         return Release(release.outcome, release.content, None, published.to_dict() if published else None)
+
+
+#: Findings kept per check in the timeline: enough to see which claims failed and why.
+MAX_FINDING_EVENTS = 20
+
+
+def _record_findings(scope: RunScope, result: GuardResult) -> None:
+    """Each finding of the evidence guard as a timeline event: its code and the claim and
+    citation it is about (numbers only: the claim's text is the model's and stays out)."""
+    for finding in result.findings[:MAX_FINDING_EVENTS]:
+        scope.audit.event(
+            TimelineCategory.EVIDENCE,
+            "evidence.finding",
+            code=finding.code,
+            claim=finding.claim,
+            citation=finding.citation,
+        )

@@ -195,6 +195,8 @@ class StepRecord:
     output_tokens: int
     duration_ms: float
     error_code: str | None = None
+    #: when the call began, in ms since the run started
+    started_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +212,9 @@ class ToolAuditRecord:
     duration_ms: float
     request_bytes: int
     result_bytes: int
+    #: the model step whose reply asked for the call, and when the call began (ms since the run started)
+    step_index: int | None = None
+    started_ms: float | None = None
 
 
 class TimelineCategory(enum.StrEnum):

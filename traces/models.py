@@ -119,6 +119,8 @@ class AgentStep(models.Model):
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
     duration_ms = models.FloatField()
+    #: when the call began, in ms since the harness started the run (null on older rows)
+    started_ms = models.FloatField(null=True, blank=True)
     error_code = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -139,6 +141,9 @@ class ToolInvocation(models.Model):
     duration_ms = models.FloatField()
     request_bytes = models.PositiveIntegerField(default=0)
     result_bytes = models.PositiveIntegerField(default=0)
+    #: the step whose reply asked for the call; when it began, in ms since the run started
+    step_index = models.PositiveIntegerField(null=True, blank=True)
+    started_ms = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

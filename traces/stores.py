@@ -167,6 +167,7 @@ class DjangoAuditSinks:
                 "input_tokens": record.input_tokens,
                 "output_tokens": record.output_tokens,
                 "duration_ms": record.duration_ms,
+                "started_ms": record.started_ms,
                 "error_code": record.error_code or "",
                 "created_at": timezone.now(),
             },
@@ -185,6 +186,8 @@ class DjangoAuditSinks:
                 "duration_ms": record.duration_ms,
                 "request_bytes": record.request_bytes,
                 "result_bytes": record.result_bytes,
+                "step_index": record.step_index,
+                "started_ms": record.started_ms,
                 "created_at": timezone.now(),
             },
         )

@@ -44,6 +44,8 @@ class ModelCaller:
     ) -> ModelResponse:
         self._ctx.begin_model_call()
         index = next(self._index)
+        self._ctx.current_step = index
+        started_ms = self._ctx.elapsed_ms()
         request = ModelRequest(
             role=role,
             purpose=purpose,
@@ -57,16 +59,16 @@ class ModelCaller:
         try:
             response = self._models.for_role(role).complete(request)
         except ModelError as exc:
-            self._record(request, index, None, time.perf_counter() - started, exc.code)
+            self._record(request, index, None, started_ms, time.perf_counter() - started, exc.code)
             # A provider timeout caused by the run's own deadline is the deadline, not the model.
             self._ctx.check()
             raise
         except RunInterrupted as exc:  # the run ended while the provider waited to retry
-            self._record(request, index, None, time.perf_counter() - started, exc.code)
+            self._record(request, index, None, started_ms, time.perf_counter() - started, exc.code)
             raise
         elapsed = time.perf_counter() - started
         self._ctx.record_usage(response.usage)
-        self._record(request, index, response, elapsed, None)
+        self._record(request, index, response, started_ms, elapsed, None)
         # A cancel that arrived while the model was thinking takes effect now, not one step later.
         self._ctx.check()
         return response
@@ -76,6 +78,7 @@ class ModelCaller:
         request: ModelRequest,
         index: int,
         response: ModelResponse | None,
+        started_ms: float,
         elapsed_s: float,
         error_code: str | None,
     ) -> None:
@@ -96,6 +99,7 @@ class ModelCaller:
                 output_tokens=usage.output_tokens if usage else 0,
                 duration_ms=elapsed_s * 1000.0,
                 error_code=error_code,
+                started_ms=started_ms,
             )
         )
         if response is not None:

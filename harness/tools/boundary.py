@@ -79,6 +79,8 @@ class _Pending:
     request: dict[str, Any]
     future: Future[ToolOutput] | None = None
     timeout_s: float = 0.0
+    started_ms: float = 0.0
+    step_index: int | None = None
     status: InvocationStatus = InvocationStatus.READY
     error: tuple[str, str, Any] | None = None
     output: ToolOutput | None = field(default=None)
@@ -158,17 +160,27 @@ class ToolBoundary:
 
     # --- phases ----------------------------------------------------------------------------
 
+    def _pending(self, call: ToolCall, spec: ToolSpec[Any] | None, request: dict[str, Any]) -> _Pending:
+        return _Pending(
+            call,
+            spec,
+            time.perf_counter(),
+            request,
+            started_ms=self._ctx.elapsed_ms(),
+            step_index=self._ctx.current_step,
+        )
+
     def _start(self, call: ToolCall) -> _Pending:
         request: dict[str, Any] = {"arguments_text": call.arguments}
         if call.id not in self._issued or call.id in self._used:
-            p = _Pending(call, None, time.perf_counter(), request)
+            p = self._pending(call, None, request)
             return self._fail(
                 p, InvocationStatus.REFUSED, "unknown_call_id", "This call id was not issued to this run."
             )
         self._used.add(call.id)
         spec = self._specs.get(call.name)
         self._ctx.begin_tool_call()
-        p = _Pending(call, spec, time.perf_counter(), request)
+        p = self._pending(call, spec, request)
         try:
             return self._submit(p)
         except Exception as exc:  # noqa: BLE001 - a charged call is recorded, even one that never ran
@@ -301,6 +313,8 @@ class ToolBoundary:
                 duration_ms=duration_ms,
                 request_bytes=len(call.arguments.encode()),
                 result_bytes=raw_bytes,
+                step_index=p.step_index,
+                started_ms=p.started_ms,
             )
         )
         self._audit.event(

@@ -248,10 +248,15 @@ def test_a_quote_that_is_not_in_the_result_is_never_published() -> None:
     chain = build_chain(router=[route("DIAGNOSIS")], agent=[tool_call(*LOGS), draft(made_up), draft(made_up)])
     result = chain.ask()
     _assert_fallback(chain, result, "evidence_rejected", "primary crashed")
-    assert [e.details["codes"] for e in chain.audit.timeline if e.name.startswith("evidence.")] == [
+    assert [
+        e.details["codes"] for e in chain.audit.timeline if e.name in ("evidence.checked", "evidence.rechecked")
+    ] == [
         "quote_not_found",
         "quote_not_found",
     ]
+    # each finding is kept, by claim and citation, so the console can say which claim failed and why
+    findings = [dict(e.details) for e in chain.audit.timeline if e.name == "evidence.finding"]
+    assert findings == [{"code": "quote_not_found", "claim": 0, "citation": 0}] * 2
 
 
 def test_one_evidence_repair_can_fix_a_draft() -> None:
