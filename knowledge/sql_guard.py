@@ -3,7 +3,9 @@
 ``check_statement`` parses the agent's SQL with sqlglot and refuses anything that is not
 exactly one ``SELECT`` (optionally with ``WITH`` or ``UNION``) free of writes, DDL, locking
 reads, ``INTO``, variables, hints, dangerous or unknown functions, system schemas and tables
-outside the allow-list. What it returns is not the caller's text but the statement
+outside the allow-list, that selects a bounded number of columns and cannot build values far
+larger than the data it reads (the database would compute them where no timeout or ``KILL``
+reaches). What it returns is not the caller's text but the statement
 regenerated from the checked tree without comments, and re-checked: the database runs what
 was inspected, so comment and tokenizer tricks (``/*! ... */``, ``--1``) have nothing to hide in.
 
@@ -14,7 +16,10 @@ that slipped through still cannot write. Plain Python, no Django.
 from __future__ import annotations
 
 import logging
+import re
 import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import sqlglot
 from sqlglot import exp
@@ -25,12 +30,19 @@ from sqlglot.tokenizer_core import Token, TokenType
 from harness.ports import SqlRefused
 
 __all__ = [
+    "COSTLY_FUNCTION",
     "DENIED_FUNCTIONS",
     "DIALECTS",
+    "GROWING_RECURSION",
     "KNOWN_ANONYMOUS_FUNCTIONS",
+    "RECURSION_STEPS",
+    "REGEXP_ON_COLUMNS",
     "SYSTEM_SCHEMAS",
+    "VALUES_TOO_LARGE",
+    "VALUE_UNIT_BYTES",
     "check_statement",
     "fold_name",
+    "too_many_columns",
 ]
 
 
@@ -241,7 +253,7 @@ DENIED_FUNCTIONS: dict[str, str] = {
         _INFO,
     ),
     **dict.fromkeys(
-        ("nextval", "setval", "lastval", "set_config", "uuid_short", "random_bytes", "randomblob", "zeroblob"),
+        ("nextval", "setval", "lastval", "set_config", "uuid_short", "random_bytes"),
         _STATE,
     ),
 }
@@ -289,14 +301,21 @@ KNOWN_ANONYMOUS_FUNCTIONS = frozenset(
 
 
 def check_statement(
-    sql: str, *, dialect: str, allowed_tables: frozenset[str] | None = None, max_chars: int = 4000
+    sql: str,
+    *,
+    dialect: str,
+    allowed_tables: frozenset[str] | None = None,
+    max_chars: int = 4000,
+    max_columns: int = 64,
 ) -> str:
     """The single read-only statement to run, regenerated from its checked parse tree.
 
     Raises :class:`SqlRefused` with a short reason, safe to show, for anything else.
     ``allowed_tables`` (matched ignoring the case of ASCII letters) limits the tables the
     statement may read; ``None`` allows any table outside the system schemas. Qualified names
-    are always refused.
+    are always refused. At most ``max_columns`` expressions may be selected (a ``*`` counts as
+    one here; the datasource counts the columns it really returns), and no expression may
+    build a value far larger than what it reads (see "what a statement can cost" below).
     """
     if dialect not in DIALECTS:
         raise ValueError(f"unsupported SQL dialect {dialect!r}")
@@ -305,11 +324,11 @@ def check_statement(
     if len(sql) > max_chars:
         raise SqlRefused(f"the statement is longer than {max_chars} characters")
     allowed = None if allowed_tables is None else frozenset(fold_name(t) for t in allowed_tables)
-    tree = _inspect(sql, dialect, allowed)
+    tree = _inspect(sql, dialect, allowed, max_columns)
     normalised = _render(tree, dialect)
     # What runs is the regenerated text: it must pass the same checks and be a fixed point, so
     # nothing the generator changed escapes inspection.
-    if _render(_inspect(normalised, dialect, allowed), dialect) != normalised:
+    if _render(_inspect(normalised, dialect, allowed, max_columns), dialect) != normalised:
         raise SqlRefused("the statement could not be normalised")
     return normalised
 
@@ -317,13 +336,14 @@ def check_statement(
 # --- the steps -----------------------------------------------------------------------------
 
 
-def _inspect(sql: str, dialect: str, allowed: frozenset[str] | None) -> exp.Expr:
+def _inspect(sql: str, dialect: str, allowed: frozenset[str] | None, max_columns: int) -> exp.Expr:
     _check_characters(sql)
     tokens = _tokenize(sql, dialect)
     _check_semicolons(tokens)
     tree = _parse_one(sql, dialect, tokens)
     _check_root(tree, tokens)
     _check_tree(tree, allowed)
+    _check_sizes(tree, dialect, max_columns)
     # A second, parser-independent net: words no read contains, unquoted, anywhere.
     reason = _forbidden_word(tokens)
     if reason is not None:
@@ -473,6 +493,8 @@ def _check_function(node: exp.Func) -> None:
         for prefix, reason in _DENIED_PREFIXES:
             if name.startswith(prefix):
                 raise SqlRefused(reason)
+        if name in _COSTLY_FUNCTIONS:  # found wherever it sits, whatever the size model visits
+            raise SqlRefused(COSTLY_FUNCTION)
     if isinstance(node, exp.Anonymous) and names[0] not in KNOWN_ANONYMOUS_FUNCTIONS:
         raise SqlRefused(f"function {_shown(names[0])} is not allowed")
 
@@ -552,3 +574,438 @@ def _shown(name: str) -> str:
     """A name from the statement, made safe to echo in a reason."""
     printable = "".join(c for c in name if c.isprintable())[:64]
     return repr(printable)
+
+
+# --- what a statement can cost: the size of the values it builds -----------------------------
+#
+# A database checks for its deadline and for KILL between rows, not inside one function call:
+# MariaDB's REGEXP_REPLACE over a 16 MB value runs on after KILL until the server restarts. So
+# no expression may build a value much larger than the data it reads. Sizes are counted in
+# units of the largest input value, at least VALUE_UNIT_BYTES (what GROUP_CONCAT is capped at):
+# a column is one unit, a literal its bytes, a function what its rule says: a fixed size
+# (numbers, dates, hashes, comparisons), the largest argument (choices), the sum (concatenation),
+# a small multiple (HEX, TO_BASE64). A function whose result size or running time is set by the
+# value of an argument (REPEAT, SPACE, LPAD/RPAD, printf widths, REPLACE) is allowed only with
+# small literal arguments; regular-expression functions, decompression and the like are
+# refused. A query level multiplies what it reads by its largest expression, so chained CTEs
+# that double a value at every level reach the limit after a few levels, and a recursive CTE
+# may add a constant at each step but never grow its values by a factor.
+
+COSTLY_FUNCTION = "functions whose cost or result size grows with an argument are not allowed"
+REGEXP_ON_COLUMNS = "REGEXP is only allowed as column REGEXP 'pattern'"
+VALUES_TOO_LARGE = "the statement could build values far larger than the data it reads"
+GROWING_RECURSION = "a recursive common table expression may not grow its values at every step"
+
+VALUE_UNIT_BYTES = 65_536
+MAX_GROWTH = 64.0  # units one value may reach
+MAX_ROW_GROWTH = 128.0  # units the values of one result row may reach together
+MAX_LITERAL_ARGUMENT = 256  # the largest count, width or length REPEAT, LPAD, printf... may take
+RECURSION_STEPS = 1_000  # what the datasource caps recursion at (max_recursive_iterations)
+_FIXED_BYTES = 64.0
+_MAX_PATTERN_CHARS = 256
+
+_Sizer = Callable[[exp.Expr, "_Scope"], "_Size"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Size:
+    """At most ``units`` times the largest input value plus ``const`` bytes."""
+
+    units: float = 0.0
+    const: float = 0.0
+
+    def __add__(self, other: _Size) -> _Size:
+        return _Size(self.units + other.units, self.const + other.const)
+
+    def scaled(self, factor: float) -> _Size:
+        return _Size(self.units * factor, self.const * factor)
+
+    def widest(self, other: _Size) -> _Size:
+        return _Size(max(self.units, other.units), max(self.const, other.const))
+
+    def absolute(self, inputs: float) -> float:
+        """The bound in units, given that an input value is at most ``inputs`` units."""
+        return self.units * inputs + self.const / VALUE_UNIT_BYTES
+
+
+_FIXED = _Size(0.0, _FIXED_BYTES)
+_UNIT = _Size(1.0, 0.0)
+
+# Results of a fixed size whatever the arguments: numbers, dates, booleans, hashes, lengths.
+_FIXED_SIZE_FUNCTIONS = frozenset(
+    _words(
+        """
+    abs acos acosh adddate addtime asin asinh atan atan2 atanh avg bit_and bit_count bit_length bit_or
+    bit_xor bitwiseand bitwiseor bitwisexor ceil ceiling char_length character_length coercibility conv
+    convert_tz cos cosh cot count countif crc32 cume_dist curdate current_date current_time
+    current_timestamp currentdate currenttime currenttimestamp curtime date date_add date_sub dateadd
+    datediff datesub datetime day dayname dayofmonth dayofweek dayofyear degrees dense_rank exp extract
+    field find_in_set floor format_bytes format_pico_time from_days from_unixtime fromunixtime glob hour
+    inet6_aton inet_aton inet_ntoa inet6_ntoa instr is_ipv4 is_ipv6 is_uuid isnull json_array_length
+    json_contains json_contains_path json_depth json_length json_overlaps json_type json_valid julianday
+    last_day length like likelihood ln localtime localtimestamp locate log log10 log2 makedate maketime
+    md5 median microsecond minute mod month monthname now ntile octet_length ord percent_rank
+    percentile_cont percentile_disc period_add period_diff pi position pow power quarter radians rand
+    random rank round row_number sec_to_time second sha sha1 sha2 sign sin sinh sqrt std stddev
+    stddev_pop stddev_samp strcmp strposition str_to_date strtodate subdate subtime sum sysdate tan tanh
+    time time_to_sec timediff timestamp timestampadd timestampdiff to_days to_seconds total trunc
+    truncate typeof unicode unix_timestamp unixepoch utc_date utc_time utc_timestamp uuid var_pop
+    var_samp variance week weekday weekofyear year yearweek tsordstotimestamp tsordstodate strtotime
+    timestrtotime unixtotime timetounix timestamptrunc datetrunc
+    """
+    )
+)
+# Results no longer than the longest argument: choices, cuts, case changes.
+_LONGEST_ARGUMENT_FUNCTIONS = frozenset(
+    _words(
+        """
+    any_value anyvalue coalesce elt first_value firstvalue greatest if iif ifnull initcap lag last_value
+    lastvalue lcase lead least left lower ltrim max mid min nth_value nthvalue nullif nvl nvl2 reverse
+    right rtrim soundex substr substring substring_index substringindex trim ucase unhex upper
+    from_base64 frombase64 likely unlikely
+    """
+    )
+)
+# Results a small, fixed multiple of their arguments.
+_MULTIPLYING_FUNCTIONS = {"hex": 2.0, "tobase64": 2.0, "to_base64": 2.0, "quote": 2.0, "json_quote": 6.0}
+# Refused outright: the cost (regular expressions, decompression) or the size (EXPORT_SET's 64
+# copies, JSON_PRETTY's indentation, blobs of any length) is out of proportion to the input.
+_COSTLY_FUNCTIONS = frozenset(
+    _words(
+        """
+    regexp regexp_replace regexpreplace regexp_instr regexpinstr regexp_substr regexpsubstr regexpextract
+    regexpextractall regexpilike regexpsplit regexpcount regexpfullmatch json_pretty json_detailed
+    jsonformat uncompress export_set zeroblob randomblob
+    """
+    )
+)
+# Aggregates that grow with the number of rows, where the server caps them: GROUP_CONCAT by
+# group_concat_max_len on MySQL/MariaDB; on SQLite every string by SQLITE_LIMIT_LENGTH. MySQL's
+# JSON_ARRAYAGG and JSON_OBJECTAGG have no such cap.
+_CAPPED_AGGREGATES: dict[str, frozenset[str]] = {
+    "groupconcat": DIALECTS,
+    "jsonarrayagg": frozenset({"sqlite"}),
+    "json_group_array": frozenset({"sqlite"}),
+    "json_group_object": frozenset({"sqlite"}),
+    "json_arrayagg": frozenset(),
+    "json_objectagg": frozenset(),
+    "jsonobjectagg": frozenset(),
+}
+
+
+class _Scope:
+    """A query level: the bound of every CTE in scope by name, and of what the level reads."""
+
+    def __init__(self, dialect: str, ctes: dict[str, float] | None = None, inputs: float = 1.0) -> None:
+        self.dialect = dialect
+        self.ctes = dict(ctes or {})
+        self.inputs = inputs
+
+
+def _check_sizes(tree: exp.Expr, dialect: str, max_columns: int) -> None:
+    outer = _first_select(tree)
+    if outer is not None and len(outer.expressions) > max_columns:
+        raise SqlRefused(too_many_columns(max_columns))
+    try:
+        _query_bound(tree, _Scope(dialect), outermost=True)
+    except RecursionError:
+        raise SqlRefused(_UNPARSABLE) from None
+
+
+def too_many_columns(limit: int) -> str:
+    """The refusal reason for a result wider than ``limit`` columns."""
+    return f"the statement selects more than {limit} columns"
+
+
+def _first_select(node: exp.Expr) -> exp.Select | None:
+    while isinstance(node, exp.Union | exp.Subquery):
+        node = node.this
+    return node if isinstance(node, exp.Select) else None
+
+
+def _query_bound(query: exp.Expr, scope: _Scope, *, outermost: bool = False) -> float:
+    """How large (in units) a value this query returns can be."""
+    scope = _with_ctes(query, scope)
+    if isinstance(query, exp.Subquery):
+        return _query_bound(query.this, scope, outermost=outermost)
+    if isinstance(query, exp.Union):
+        return max(
+            _query_bound(query.this, scope, outermost=outermost),
+            _query_bound(query.expression, scope, outermost=outermost),
+        )
+    if isinstance(query, exp.Select):
+        return _select_bound(query, scope, outermost=outermost)
+    return 1.0
+
+
+def _with_ctes(query: exp.Expr, scope: _Scope) -> _Scope:
+    with_ = _with_of(query)
+    if with_ is None:
+        return scope
+    inner = _Scope(scope.dialect, scope.ctes)
+    for cte in with_.expressions:
+        name = cte.alias_or_name
+        if with_.args.get("recursive") and _references(cte.this, name):
+            inner.ctes[name] = _recursive_bound(cte.this, name, inner)
+        else:
+            inner.ctes[name] = _query_bound(cte.this, inner)
+    return inner
+
+
+def _references(node: exp.Expr, name: str) -> bool:
+    return any(isinstance(t, exp.Table) and t.name == name for t in node.walk())
+
+
+def _recursive_bound(query: exp.Expr, name: str, scope: _Scope) -> float:
+    branches = _union_branches(query)
+    anchors = [b for b in branches if not _references(b, name)]
+    bound = max((_query_bound(b, scope) for b in anchors), default=1.0)
+    scope.ctes[name] = bound
+    grown = bound
+    for branch in branches:
+        if not _references(branch, name):
+            continue
+        select = _first_select(branch)
+        if select is None:
+            raise SqlRefused(GROWING_RECURSION)
+        inputs, sizes = _level(select, _with_ctes(branch, scope))
+        for size in sizes:
+            if size.units > 1.0:
+                raise SqlRefused(GROWING_RECURSION)
+            grown = max(grown, size.units * inputs + RECURSION_STEPS * size.const / VALUE_UNIT_BYTES)
+    if grown > MAX_GROWTH:
+        raise SqlRefused(VALUES_TOO_LARGE)
+    return grown
+
+
+def _union_branches(query: exp.Expr) -> list[exp.Expr]:
+    if isinstance(query, exp.Union):
+        return [*_union_branches(query.this), *_union_branches(query.expression)]
+    return [query]
+
+
+def _select_bound(select: exp.Select, scope: _Scope, *, outermost: bool) -> float:
+    inputs, sizes = _level(select, scope)
+    bounds = [s.absolute(inputs) for s in sizes]
+    if outermost and sum(bounds) > MAX_ROW_GROWTH:
+        raise SqlRefused(VALUES_TOO_LARGE)
+    return max(bounds, default=1.0)
+
+
+def _level(select: exp.Select, scope: _Scope) -> tuple[float, list[_Size]]:
+    """The largest value this SELECT reads, and the size of each value it selects.
+
+    Every expression of the level (WHERE, ORDER BY... too) must stay within MAX_GROWTH: those
+    are computed for every row as well.
+    """
+    inputs = 1.0
+    for source in _sources(select):
+        if isinstance(source, exp.Table):
+            inputs = max(inputs, scope.ctes.get(source.name, 1.0))
+        else:
+            inputs = max(inputs, _query_bound(source, scope))
+    level = _Scope(scope.dialect, scope.ctes, inputs)
+    projections = [_size(e, level) for e in select.expressions]
+    for key, part in _children(select):
+        if key not in ("expressions", "with", "with_"):
+            _size(part, level)
+    return inputs, projections
+
+
+def _sources(select: exp.Select) -> list[exp.Expr]:
+    """Tables and nested queries this SELECT reads directly (not those of nested queries)."""
+    found: list[exp.Expr] = []
+    stack: list[exp.Expr] = [v for k, v in _children(select) if k not in ("with", "with_")]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, exp.Table | exp.Query | exp.Subquery):
+            found.append(node)
+            continue
+        stack.extend(v for _, v in _children(node))
+    return found
+
+
+def _children(node: exp.Expr) -> list[tuple[str, exp.Expr]]:
+    out: list[tuple[str, exp.Expr]] = []
+    for key, value in node.args.items():
+        for part in value if isinstance(value, list) else [value]:
+            if isinstance(part, exp.Expr):
+                out.append((key, part))
+    return out
+
+
+def _size(node: exp.Expr, scope: _Scope) -> _Size:
+    """An upper bound on the size of the value ``node`` computes, for one row; refused if too large."""
+    size = _size_of(node, scope)
+    if size.absolute(scope.inputs) > MAX_GROWTH:
+        raise SqlRefused(VALUES_TOO_LARGE)
+    return size
+
+
+def _size_of(node: exp.Expr, scope: _Scope) -> _Size:
+    if isinstance(node, exp.Column | exp.Star | exp.Query | exp.Subquery):
+        return _UNIT  # a value read, at most the largest input (nested queries are inputs)
+    if isinstance(node, exp.Literal):
+        return _Size(0.0, float(len(str(node.this).encode("utf-8"))))
+    if isinstance(node, exp.Null | exp.Boolean | exp.DataType | exp.Var | exp.Identifier):
+        return _FIXED
+    if isinstance(node, exp.RegexpLike | exp.RegexpILike):
+        return _regexp_operator(node)
+    if isinstance(node, exp.Func):
+        return _function_size(node, scope)
+    if isinstance(node, exp.DPipe):
+        return _sum(node, scope)
+    if isinstance(node, exp.Predicate | exp.Connector | exp.Not | exp.Binary | exp.Neg | exp.BitwiseNot):
+        _sum(node, scope)  # the arguments are computed all the same: bound them too
+        return _FIXED
+    if isinstance(node, exp.Window) and isinstance(node.this, exp.Expr):
+        _sum(node, scope)
+        return _size(node.this, scope)
+    if isinstance(node, exp.Alias | exp.Paren | exp.Ordered) and isinstance(node.this, exp.Expr):
+        return _size(node.this, scope)
+    return _sum(node, scope)
+
+
+def _sum(node: exp.Expr, scope: _Scope) -> _Size:
+    total = _Size()
+    for _, child in _children(node):
+        total = total + _size(child, scope)
+    return total
+
+
+def _widest(node: exp.Expr, scope: _Scope) -> _Size:
+    widest = _Size()
+    for _, child in _children(node):
+        widest = widest.widest(_size(child, scope))
+    return widest
+
+
+def _rule_names(node: exp.Func) -> set[str]:
+    return {_fold(n) for n in _function_names(node)}
+
+
+def _function_size(node: exp.Func, scope: _Scope) -> _Size:
+    names = _rule_names(node)
+    if names & _COSTLY_FUNCTIONS:
+        raise SqlRefused(COSTLY_FUNCTION)
+    for name, dialects in _CAPPED_AGGREGATES.items():
+        if name in names:
+            if scope.dialect not in dialects:
+                raise SqlRefused(COSTLY_FUNCTION)
+            _sum(node, scope)
+            return _UNIT
+    special = _SPECIAL_SIZES.get(node.key) if not isinstance(node, exp.Anonymous) else None
+    if special is None and isinstance(node, exp.Anonymous):
+        special = _SPECIAL_SIZES.get(_fold(str(node.this)))
+    if special is not None:
+        return special(node, scope)
+    if names & _FIXED_SIZE_FUNCTIONS:
+        _sum(node, scope)
+        return _FIXED
+    if names & _LONGEST_ARGUMENT_FUNCTIONS:
+        return _widest(node, scope)
+    for name, factor in _MULTIPLYING_FUNCTIONS.items():
+        if name in names:
+            return _sum(node, scope).scaled(factor) + _Size(0.0, 2.0)
+    # Anything else (CONCAT, CONCAT_WS, INSERT, JSON_OBJECT...): no longer than its arguments.
+    return _sum(node, scope)
+
+
+def _small_count(node: exp.Expr | None) -> int:
+    """A literal count, width or length no larger than MAX_LITERAL_ARGUMENT, or a refusal."""
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            value = int(str(node.this))
+        except ValueError:
+            value = -1
+        if 0 <= value <= MAX_LITERAL_ARGUMENT:
+            return value
+    raise SqlRefused(COSTLY_FUNCTION)
+
+
+def _repeat_size(node: exp.Expr, scope: _Scope) -> _Size:
+    return _size(node.this, scope).scaled(_small_count(node.args.get("times")))
+
+
+def _space_size(node: exp.Expr, _scope: _Scope) -> _Size:
+    return _Size(0.0, float(_small_count(node.this)))
+
+
+def _pad_size(node: exp.Expr, scope: _Scope) -> _Size:
+    _sum(node, scope)
+    return _Size(0.0, 4.0 * _small_count(node.expression))  # exactly that many characters
+
+
+def _replace_size(node: exp.Expr, scope: _Scope) -> _Size:
+    search, replacement = node.expression, node.args.get("replacement")
+    if not (isinstance(search, exp.Literal) and search.is_string and str(search.this)):
+        raise SqlRefused(COSTLY_FUNCTION)
+    if replacement is None:
+        return _size(node.this, scope)
+    if not (isinstance(replacement, exp.Literal) and replacement.is_string):
+        raise SqlRefused(COSTLY_FUNCTION)
+    factor = max(1.0, len(str(replacement.this)) / len(str(search.this)))
+    return _size(node.this, scope).scaled(factor)
+
+
+def _number_format_size(node: exp.Expr, scope: _Scope) -> _Size:
+    _small_count(node.args.get("format"))  # MySQL FORMAT(x, decimals)
+    _sum(node, scope)
+    return _FIXED
+
+
+def _printf_size(node: exp.Expr, scope: _Scope) -> _Size:
+    """SQLite printf/format: a literal format whose widths and precisions are small literals."""
+    arguments = [v for _, v in _children(node)]
+    template = arguments[0] if arguments else None
+    if not (isinstance(template, exp.Literal) and template.is_string):
+        raise SqlRefused(COSTLY_FUNCTION)
+    text = str(template.this)
+    if "*" in text:
+        raise SqlRefused(COSTLY_FUNCTION)
+    widths = [int(w) for w in _NUMBERS.findall(text)]
+    if any(w > MAX_LITERAL_ARGUMENT for w in widths):
+        raise SqlRefused(COSTLY_FUNCTION)
+    total = _Size(0.0, float(len(text.encode("utf-8")) + 4 * sum(widths)))
+    for argument in arguments[1:]:
+        total = total + _size(argument, scope)
+    return total
+
+
+def _cast_size(node: exp.Expr, scope: _Scope) -> _Size:
+    """CAST(x AS BINARY(n)) pads to n bytes: the type's length counts."""
+    declared = 0
+    for param in node.find_all(exp.DataTypeParam):
+        if isinstance(param.this, exp.Literal) and not param.this.is_string:
+            try:
+                declared += int(str(param.this.this))
+            except ValueError:
+                continue
+    return _size(node.this, scope) + _Size(0.0, 4.0 * declared)
+
+
+def _regexp_operator(node: exp.Expr) -> _Size:
+    pattern = node.expression
+    if not isinstance(node.this, exp.Column) or not (
+        isinstance(pattern, exp.Literal) and pattern.is_string and len(str(pattern.this)) <= _MAX_PATTERN_CHARS
+    ):
+        raise SqlRefused(REGEXP_ON_COLUMNS)
+    if node.args.get("flag") is not None:
+        raise SqlRefused(REGEXP_ON_COLUMNS)
+    return _FIXED
+
+
+_NUMBERS = re.compile(r"\d+")
+_SPECIAL_SIZES: dict[str, _Sizer] = {
+    "repeat": _repeat_size,
+    "space": _space_size,
+    "pad": _pad_size,
+    "lpad": _pad_size,
+    "rpad": _pad_size,
+    "replace": _replace_size,
+    "numbertostr": _number_format_size,
+    "format": _printf_size,
+    "printf": _printf_size,
+    "cast": _cast_size,
+    "trycast": _cast_size,
+}

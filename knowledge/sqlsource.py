@@ -19,6 +19,7 @@ database's own messages never reach the agent.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sqlite3
@@ -34,7 +35,14 @@ from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 from harness.ports import Scalar, SqlRefused, SqlResult, TableInfo
-from knowledge.sql_guard import SYSTEM_SCHEMAS, check_statement, fold_name
+from knowledge.sql_guard import (
+    RECURSION_STEPS,
+    SYSTEM_SCHEMAS,
+    VALUE_UNIT_BYTES,
+    check_statement,
+    fold_name,
+    too_many_columns,
+)
 
 __all__ = ["DatabaseSqlSource", "sql_source_from_settings"]
 
@@ -47,14 +55,21 @@ ONE_STATEMENT = "only one statement is allowed"
 
 _INTROSPECTION_TIMEOUT_S = 10.0
 _MIN_TIMEOUT_S = 0.01  # never 0: to MariaDB a max_statement_time of 0 means no limit at all
-_SQLITE_MAX_LENGTH = 16 * 1024 * 1024  # no string or blob, stored or computed, is bigger
+# No string or blob a SQLite statement reads or computes may be bigger (SQLITE_LIMIT_LENGTH):
+# with at most max_columns of them a row stays far below the 16 MB SQLite would allow.
+_SQLITE_MAX_LENGTH = 1024 * 1024
 _SQLITE_PROGRESS_STEPS = 1_000  # VM instructions between deadline checks
+# MySQL/MariaDB: how long a KILL QUERY may take to end the statement before the connection
+# itself is killed, and how often the process list is looked at meanwhile.
+_KILL_GRACE_S = 0.5
+_KILL_POLL_S = 0.02
 _MAX_DESCRIPTION = 200
 _BYTES_SHOWN = 32
 
 # Returns the next row, or None when there are no more.
 FetchOne = Callable[[], Sequence[Any] | None]
 Collect = Callable[[Sequence[Sequence[Any]] | None, FetchOne], SqlResult]
+TRUNCATED_MARK = "…"  # ends every value that was cut to fit a budget
 
 
 def timeout_reason(timeout_s: float) -> str:
@@ -86,7 +101,13 @@ class DatabaseSqlSource:
 
     ``allowed_tables`` (case-insensitive) limits what :meth:`tables` lists and what
     :meth:`execute` may read; empty allows every table of the datasource (never a system one).
-    ``timeout_s`` is an upper bound on every statement, whatever the caller asks for.
+    ``timeout_s`` is an upper bound on every statement, whatever the caller asks for: at the
+    deadline the statement is stopped inside the database (SQLite: interrupted; MySQL/MariaDB:
+    ``KILL QUERY`` from a second connection, then ``KILL`` if it is still running). Results are
+    read row by row within a byte budget: a value longer than ``max_value_bytes`` is cut and
+    marked with ``…``; reading stops (and the statement is stopped) once ``max_rows`` rows or
+    ``max_bytes`` bytes are read, and the result says ``truncated``. A result with more than
+    ``max_columns`` columns is refused.
     """
 
     def __init__(
@@ -98,10 +119,12 @@ class DatabaseSqlSource:
         max_rows: int = 200,
         max_bytes: int = 65_536,
         max_chars: int = 4_000,
+        max_columns: int = 64,
+        max_value_bytes: int = 8_192,
         tables_ttl_s: float = 60.0,
     ) -> None:
-        if timeout_s <= 0 or max_rows < 1 or max_bytes < 1 or max_chars < 1:
-            raise ValueError("timeout_s, max_rows, max_bytes and max_chars must be positive")
+        if min(timeout_s, max_rows, max_bytes, max_chars, max_columns, max_value_bytes) <= 0:
+            raise ValueError("timeout_s and every max_* limit must be positive")
         self._backend = _backend_for(url)
         self._exact_allow_list = frozenset(name.strip() for name in allowed_tables if name.strip())
         self._allow_list = frozenset(fold_name(name) for name in self._exact_allow_list)
@@ -109,6 +132,8 @@ class DatabaseSqlSource:
         self._max_rows = max_rows
         self._max_bytes = max_bytes
         self._max_chars = max_chars
+        self._max_columns = max_columns
+        self._max_value_bytes = min(max_value_bytes, max_bytes)
         self._tables_ttl_s = tables_ttl_s
         self._lock = threading.Lock()
         self._catalogue: _Catalogue | None = None
@@ -131,7 +156,11 @@ class DatabaseSqlSource:
         limit = max(_MIN_TIMEOUT_S, min(timeout_s, self._timeout_s) if timeout_s > 0 else self._timeout_s)
         catalogue = self._load_catalogue()
         statement = check_statement(
-            sql, dialect=self.dialect, allowed_tables=catalogue.allowed, max_chars=self._max_chars
+            sql,
+            dialect=self.dialect,
+            allowed_tables=catalogue.allowed,
+            max_chars=self._max_chars,
+            max_columns=self._max_columns,
         )
         return self._execute_unchecked(statement, timeout_s=limit)
 
@@ -180,7 +209,13 @@ class DatabaseSqlSource:
     # --- rows ------------------------------------------------------------------------------
 
     def _collect(self, description: Sequence[Sequence[Any]] | None, fetchone: FetchOne) -> SqlResult:
-        columns = tuple(str(d[0]) for d in description or ())
+        """Read rows one at a time until the rows or the bytes run out; never all at once.
+
+        The caller stops the statement when this returns before the last row.
+        """
+        if description is not None and len(description) > self._max_columns:
+            raise SqlRefused(too_many_columns(self._max_columns))
+        columns = tuple(_cut(str(d[0]), 256) for d in description or ())
         rows: list[tuple[Scalar, ...]] = []
         used = 0
         truncated = False
@@ -192,13 +227,15 @@ class DatabaseSqlSource:
                 truncated = True
                 break
             row = tuple(to_scalar(value) for value in raw)
-            size = sum(_cell_bytes(value) for value in row)
+            cut = tuple(_cut(v, self._max_value_bytes) if isinstance(v, str) else v for v in row)
+            truncated = truncated or cut != row
+            size = sum(_cell_bytes(value) for value in cut)
             if used + size > self._max_bytes:
                 truncated = True
                 if not rows:  # one huge row: show it cut down rather than nothing
-                    rows.append(_shrink(row, self._max_bytes))
+                    rows.append(_shrink(cut, max(1, self._max_bytes - used)))
                 break
-            rows.append(row)
+            rows.append(cut)
             used += size
         return SqlResult(columns, tuple(rows), truncated)
 
@@ -216,6 +253,9 @@ def sql_source_from_settings() -> DatabaseSqlSource | None:
         timeout_s=settings.EVIDENCE_SQL_TIMEOUT_S,
         max_rows=settings.EVIDENCE_SQL_MAX_ROWS,
         max_bytes=settings.EVIDENCE_SQL_MAX_BYTES,
+        max_chars=settings.EVIDENCE_SQL_MAX_CHARS,
+        max_columns=settings.EVIDENCE_SQL_MAX_COLUMNS,
+        max_value_bytes=settings.EVIDENCE_SQL_MAX_VALUE_BYTES,
     )
 
 
@@ -267,7 +307,7 @@ def _cut(text: str, limit: int) -> str:
     data = text.encode("utf-8")
     if len(data) <= limit:
         return text
-    return data[: max(0, limit - 3)].decode("utf-8", errors="ignore") + "…"
+    return data[: max(0, limit - 3)].decode("utf-8", errors="ignore") + TRUNCATED_MARK
 
 
 def _is_system_name(name: str) -> bool:
@@ -373,13 +413,29 @@ class _SqliteBackend:
             return 1 if expired else 0
 
         conn.set_progress_handler(past_deadline, _SQLITE_PROGRESS_STEPS)
+        # The progress handler runs between VM instructions; interrupt() also reaches the loops
+        # inside one (a sort), from a timer thread.
+        closing = threading.Lock()
+
+        def interrupt() -> None:
+            nonlocal expired
+            with closing:
+                expired = True
+                with contextlib.suppress(sqlite3.Error):
+                    conn.interrupt()
+
+        timer = threading.Timer(timeout_s, interrupt)
+        timer.daemon = True
+        timer.start()
         try:
             cursor = conn.execute(sql)
             return collect(cursor.description, cursor.fetchone)
         except (sqlite3.Error, sqlite3.Warning) as exc:
             raise SqlRefused(timeout_reason(timeout_s) if expired else _sqlite_reason(exc)) from None
         finally:
-            conn.close()
+            timer.cancel()
+            with closing:
+                conn.close()
 
 
 def _sqlite_reason(exc: Exception) -> str:
@@ -436,9 +492,9 @@ class _MysqlBackend:
                 multi_statements=False,
                 local_infile=False,
                 connect_timeout=min(wait, 10),
-                # A backstop only: the server's own statement timeout fires first.
-                read_timeout=wait + 5,
-                write_timeout=wait + 5,
+                # A backstop only: the server's statement timeout and the watchdog's KILL fire first.
+                read_timeout=wait + 2,
+                write_timeout=wait + 2,
             )
         except MySQLdb.Error:
             raise SqlRefused(UNAVAILABLE) from None
@@ -458,6 +514,14 @@ class _MysqlBackend:
             f"SET SESSION lock_wait_timeout = {wait}",
             f"SET SESSION innodb_lock_wait_timeout = {wait}",
         ]
+        # Every GROUP_CONCAT result is cut at one size unit of the guard's model, and recursion
+        # stops where the guard assumed it would.
+        statements.append(f"SET SESSION group_concat_max_len = {VALUE_UNIT_BYTES}")
+        statements.append(
+            f"SET SESSION max_recursive_iterations = {RECURSION_STEPS}"
+            if mariadb
+            else f"SET SESSION cte_max_recursion_depth = {RECURSION_STEPS}"
+        )
         if row_limit is not None:
             statements.append(f"SET SESSION sql_select_limit = {int(row_limit)}")
         statements.append("START TRANSACTION READ ONLY")
@@ -524,13 +588,114 @@ class _MysqlBackend:
                 raise SqlRefused(UNAVAILABLE) from None
             # Unbuffered: rows are read one by one, up to the caps, never all at once.
             cursor = conn.cursor(MySQLdb.cursors.SSCursor)
+            watchdog = _Watchdog(self, int(conn.thread_id()), timeout_s)
+            reader = _Reader(cursor.fetchone)
             try:
                 cursor.execute(sql)  # no arguments: the text is sent as is, never %-formatted
-                return collect(cursor.description, cursor.fetchone)
+                reader.started = True
+                return collect(cursor.description, reader.fetchone)
             except MySQLdb.Error as exc:
-                raise SqlRefused(_mysql_reason(exc, timeout_s)) from None
+                reader.started = False  # the statement ended with the error
+                raise SqlRefused(
+                    timeout_reason(timeout_s) if watchdog.fired else _mysql_reason(exc, timeout_s)
+                ) from None
+            finally:
+                # Rows left unread: the server would go on computing them after we hang up.
+                watchdog.finish(kill=reader.started and not reader.exhausted)
         finally:
             _close(conn)
+
+    def kill(self, thread_id: int) -> None:
+        """Stop statement ``thread_id`` from a second connection and wait until it is gone.
+
+        ``KILL QUERY`` first; if the process list still shows it running after a short grace,
+        ``KILL`` the connection, which also wakes a client waiting for its next row.
+        """
+        import MySQLdb
+
+        try:
+            conn = MySQLdb.connect(
+                **{k: v for k, v in self._params.items() if k != "database"},
+                connect_timeout=2,
+                read_timeout=2,
+                write_timeout=2,
+                autocommit=True,
+            )
+        except MySQLdb.Error:
+            log.warning("sql watchdog could not connect to stop a statement")
+            return
+        try:
+            cursor = conn.cursor()
+            cursor.execute(f"KILL QUERY {thread_id}")
+            if not _wait_until_idle(cursor, thread_id, _KILL_GRACE_S):
+                cursor.execute(f"KILL {thread_id}")
+                if not _wait_until_idle(cursor, thread_id, _KILL_GRACE_S):
+                    log.warning("sql statement still running after KILL")
+        except MySQLdb.Error as exc:
+            if exc.args and exc.args[0] != 1094:  # 1094: no such thread, it ended meanwhile
+                log.warning("sql watchdog failed: %s", type(exc).__name__)
+        finally:
+            _close(conn)
+
+
+def _wait_until_idle(cursor: Any, thread_id: int, grace_s: float) -> bool:
+    """Whether thread ``thread_id`` is gone or idle within ``grace_s`` seconds."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        cursor.execute("SELECT COMMAND FROM information_schema.PROCESSLIST WHERE ID = %s", (thread_id,))
+        row = cursor.fetchone()
+        if row is None or str(row[0]) in ("Sleep", "Killed"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_KILL_POLL_S)
+
+
+class _Reader:
+    """``fetchone`` that remembers whether the last row was read."""
+
+    def __init__(self, fetchone: FetchOne) -> None:
+        self._fetchone = fetchone
+        self.started = False
+        self.exhausted = False
+
+    def fetchone(self) -> Sequence[Any] | None:
+        row = self._fetchone()
+        self.exhausted = row is None
+        return row
+
+
+class _Watchdog:
+    """Kills a MySQL/MariaDB statement from a second connection at its deadline.
+
+    The server's own statement timeout is not enough: it is checked between rows, and a
+    client blocked on a read would otherwise wait for the network timeout.
+    """
+
+    def __init__(self, backend: _MysqlBackend, thread_id: int, timeout_s: float) -> None:
+        self._backend = backend
+        self._thread_id = thread_id
+        self._lock = threading.Lock()
+        self._done = False
+        self.fired = False
+        self._timer = threading.Timer(timeout_s, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.fired = True
+            self._backend.kill(self._thread_id)
+
+    def finish(self, *, kill: bool) -> None:
+        """Stop the timer (waiting for a kill in progress); kill now if asked and not yet done."""
+        self._timer.cancel()
+        with self._lock:
+            if kill and not self.fired:
+                self._backend.kill(self._thread_id)
+            self._done = True
 
 
 def _mysql_reason(exc: Exception, timeout_s: float) -> str:

@@ -537,6 +537,9 @@ def test_settings_defaults() -> None:
     assert django_settings.EVIDENCE_SQL_TIMEOUT_S == 5.0
     assert django_settings.EVIDENCE_SQL_MAX_ROWS == 200
     assert django_settings.EVIDENCE_SQL_MAX_BYTES == 65536
+    assert django_settings.EVIDENCE_SQL_MAX_VALUE_BYTES == 8192
+    assert django_settings.EVIDENCE_SQL_MAX_COLUMNS == 64
+    assert django_settings.EVIDENCE_SQL_MAX_CHARS == 4000
 
 
 def test_sql_source_from_settings(settings: Any, sqlite_backend: Backend) -> None:
