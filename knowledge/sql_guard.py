@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
+from sqlglot.dialects.mysql import MySQL
 from sqlglot.errors import ErrorLevel
 from sqlglot.tokenizer_core import Token, TokenType
 
@@ -351,9 +352,20 @@ def _inspect(sql: str, dialect: str, allowed: frozenset[str] | None, max_columns
     return tree
 
 
+class _MySQLAndMariaDB(MySQL):
+    """MySQL as both servers read it: ``a REGEXP 'p'`` stays an operator (sqlglot writes
+    ``REGEXP_LIKE(a, 'p')``, which MariaDB does not have)."""
+
+    class Generator(MySQL.Generator):  # type: ignore[misc,valid-type]
+        TRANSFORMS = {**MySQL.Generator.TRANSFORMS, exp.RegexpLike: lambda self, e: self.binary(e, "REGEXP")}
+
+
+_WRITTEN_AS: dict[str, str | Dialect] = {"mysql": _MySQLAndMariaDB()}
+
+
 def _render(tree: exp.Expr, dialect: str) -> str:
     try:
-        return tree.sql(dialect=dialect, comments=False, unsupported_level=ErrorLevel.RAISE)
+        return tree.sql(dialect=_WRITTEN_AS.get(dialect, dialect), comments=False, unsupported_level=ErrorLevel.RAISE)
     except Exception:  # noqa: BLE001 - any generator failure is a refusal, never a crash
         raise SqlRefused("the statement could not be normalised") from None
 

@@ -353,3 +353,12 @@ def test_group_concat_is_capped_on_mysql(mysql_db: tuple[str, str, str]) -> None
         "SELECT LENGTH(GROUP_CONCAT(a.body)) FROM wide AS a, wide AS b", timeout_s=5
     )
     assert result.rows == ((65_536,),)
+
+
+def test_a_column_regexp_runs_on_the_server(mysql_db: tuple[str, str, str]) -> None:
+    """``a REGEXP 'p'`` is written back as the operator: MariaDB has no REGEXP_LIKE."""
+    _server, _database, full = mysql_db
+    result = DatabaseSqlSource(full).execute(
+        "SELECT id FROM orders WHERE note REGEXP '^fir' OR note RLIKE 'x$'", timeout_s=5
+    )
+    assert [tuple(r) for r in result.rows] == [(1,)]
