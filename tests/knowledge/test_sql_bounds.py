@@ -282,7 +282,9 @@ def test_kill_escalates_to_the_connection_when_kill_query_is_not_enough(
     assert not worker.is_alive()
     assert time.monotonic() - started < 3
     assert looks == [False, True]  # KILL QUERY "failed", then KILL ended it
-    assert errors and errors[0] != 1317  # not a query interrupted: a connection lost
+    # the statement ended in an error (1317 when it saw KILL QUERY first, a lost connection
+    # when it saw KILL first: both orders happen), and the connection is gone either way
+    assert errors
     with pytest.raises(Exception):  # noqa: B017, PT011 - the connection itself is gone
         victim.cursor().execute("SELECT 1")
     assert _wait_no_threads(url) == []
