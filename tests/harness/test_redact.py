@@ -16,7 +16,11 @@ PEM = (
 
 SHAPES = [
     # (text, secret that must go, what it must become)
-    ("login failed for bob password=hunter2 retry=3", "hunter2", "login failed for bob password=[REDACTED:password] retry=3"),
+    (
+        "login failed for bob password=hunter2 retry=3",
+        "hunter2",
+        "login failed for bob password=[REDACTED:password] retry=3",
+    ),
     ("DB_PASSWORD=hunter2", "hunter2", "DB_PASSWORD=[REDACTED:password]"),
     ("passwd: hunter2", "hunter2", "passwd: [REDACTED:password]"),
     ("password=abc/def", "abc/def", "password=[REDACTED:password]"),
