@@ -9,6 +9,7 @@ trace, SQL, a prompt or a provider's message.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -16,7 +17,7 @@ from django.views import defaults
 from drf_spectacular.utils import OpenApiParameter, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.pagination import CursorPagination
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser, JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -284,7 +285,7 @@ class ApiView(APIView):
     parameter it does not read with 400 ``unknown_parameter`` (a misspelt filter must not be
     silently ignored)."""
 
-    parser_classes = (BoundedJSONParser,)
+    parser_classes: Sequence[type[BaseParser]] = (BoundedJSONParser,)
     #: the query parameters the view reads
     query_parameters: frozenset[str] = frozenset()
 

@@ -151,10 +151,10 @@ def test_an_idempotency_key_reused_with_any_other_field_is_422_and_creates_nothi
     alice: Caller, settings: Any, change: dict[str, Any]
 ) -> None:
     settings.WEBHOOK = {**settings.WEBHOOK, "ALLOWED_CIDRS": ["127.0.0.1/32"]}
-    body = {"metadata": {"ticket": "INC-1"}, "webhook_url": "http://127.0.0.1/hook"}
+    body: dict[str, Any] = {"metadata": {"ticket": "INC-1"}, "webhook_url": "http://127.0.0.1/hook"}
     first = ask(alice, **body, headers={"Idempotency-Key": "k-1"})
     assert first.status_code == 202
-    changed = {**body, **change}
+    changed: dict[str, Any] = {**body, **change}
     if changed.get("session_id") == "given":
         changed["session_id"] = first.json()["session_id"]  # the session the first request created
     changed = {k: v for k, v in changed.items() if v is not None}

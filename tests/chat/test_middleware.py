@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -139,7 +140,7 @@ def _asgi_post(path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]
 
     application = get_asgi_application()
     messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
-    sent: list[dict[str, Any]] = []
+    sent: list[Mapping[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
         if messages:
@@ -147,7 +148,7 @@ def _asgi_post(path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]
         await asyncio.sleep(3600)  # no disconnect while the response is written
         raise AssertionError("unreachable")
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Mapping[str, Any]) -> None:
         sent.append(message)
 
     scope = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -118,7 +120,7 @@ def test_a_key_names_a_secret_by_its_last_word(key: str, secret: bool) -> None:
 
 
 def test_structures_are_redacted_by_key_by_column_and_by_text() -> None:
-    raw = {
+    raw: dict[str, Any] = {
         "columns": ["id", "user", "password_hash", "api_token"],
         "rows": [[1, "bob", "$2b$12$abcdefghijkl", "tok_9f8e7d6c"], [2, "eve", None, ""]],
         "config": {"db_password": "hunter2", "pool": 10, "secret": {"inner": "mysql://a:b@c/d"}},
