@@ -9,7 +9,8 @@ subclassed to say so), and the only async code is the SSE view itself.
 
 ``RunLogContextMiddleware`` binds the run a request is about (``/api/runs/<id>/…``) for its
 log lines, and unbinds it when the request ends.
-``BodySizeLimitMiddleware`` refuses oversized API bodies before anything parses them.
+``BodySizeLimitMiddleware`` refuses oversized API bodies (413) before anything parses them,
+whether they declare their size or are sent chunked.
 The ``Admin*`` middlewares are the ones the admin needs (sessions, CSRF, messages, login),
 doing nothing under ``/api/``: the API authenticates with keys, not cookies, and every request
 saved from a middleware that has no work to do is time the service gets back.
@@ -27,6 +28,7 @@ from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
@@ -54,7 +56,12 @@ def _too_big(request: HttpRequest) -> HttpResponse | None:
     except ValueError:
         too_big = True
     if not too_big and not upload:
-        too_big = len(request.body) > limit
+        try:
+            too_big = len(request.body) > limit
+        except RequestDataTooBig:
+            # A body with no Content-Length (chunked) is measured as it is read: as large as
+            # one that declared its size, it gets the same answer.
+            too_big = True
     if not too_big:
         return None
     error = PayloadTooLarge(f"The request body is larger than {limit} bytes.")

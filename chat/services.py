@@ -52,7 +52,14 @@ def chat_submit(
     finds the row; if publishing fails the run is failed at once, never left queued.
     """
     lifecycle = wiring.lifecycle()
-    replayed = lifecycle.replayed(owner=user, idempotency_key=idempotency_key, question=question, session_id=session_id)
+    replayed = lifecycle.replayed(
+        owner=user,
+        idempotency_key=idempotency_key,
+        question=question,
+        session_id=session_id,
+        metadata=metadata,
+        webhook_url=webhook_url,
+    )
     if replayed is not None:
         return Submitted(replayed, False)
     if _queue_length() >= settings.MAX_QUEUED_RUNS:

@@ -9,6 +9,7 @@ trace, SQL, a prompt or a provider's message.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -16,6 +17,7 @@ from django.views import defaults
 from drf_spectacular.utils import OpenApiParameter, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.pagination import CursorPagination
+from rest_framework.parsers import BaseParser, JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -46,6 +48,45 @@ def parse_id(value: str) -> uuid.UUID:
         return uuid.UUID(value)
     except ValueError:
         raise InvalidId() from None
+
+
+#: how deeply a JSON body may nest (objects and arrays); no field of the API needs more
+MAX_JSON_DEPTH = 32
+
+
+class JsonTooDeep(ApplicationError):
+    code = "json_too_deep"
+    message = f"The JSON body is nested more than {MAX_JSON_DEPTH} levels deep."
+
+
+class BoundedJSONParser(JSONParser):
+    """DRF's JSON parser, refusing a body nested deeper than :data:`MAX_JSON_DEPTH` with 400
+    ``json_too_deep``: Python's decoder would otherwise fail with a RecursionError (a 500) on
+    thousands of levels, and anything deep enough to pass it would fail whatever walks it next
+    (serializers, the JSON column, the run's representation)."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise JsonTooDeep() from None
+        if _depth_exceeds(data, MAX_JSON_DEPTH):
+            raise JsonTooDeep()
+        return data
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether objects and arrays nest more than ``limit`` deep (iteratively: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 class StrictSerializer(serializers.Serializer[Any]):
@@ -194,7 +235,7 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None) 
 
 #: the statuses any operation may answer with the error envelope (besides its own successes)
 ERROR_STATUSES = {
-    "400": "Invalid request (bad JSON, unknown or invalid fields, a bad id).",
+    "400": "Invalid request (bad JSON, JSON nested too deep, unknown or invalid fields, a bad id).",
     "401": "No API key, or an unknown, revoked or malformed one.",
     "403": "The key may not do this.",
     "404": "No such object, or not yours.",
@@ -244,6 +285,7 @@ class ApiView(APIView):
     parameter it does not read with 400 ``unknown_parameter`` (a misspelt filter must not be
     silently ignored)."""
 
+    parser_classes: Sequence[type[BaseParser]] = (BoundedJSONParser,)
     #: the query parameters the view reads
     query_parameters: frozenset[str] = frozenset()
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import hashlib
 import json
 import logging
 import uuid
@@ -153,13 +154,29 @@ class RunLifecycle:
     # --- creation ---------------------------------------------------------------------
 
     def replayed(
-        self, *, owner: Any, idempotency_key: str | None, question: str, session_id: uuid.UUID | None
+        self,
+        *,
+        owner: Any,
+        idempotency_key: str | None,
+        question: str,
+        session_id: uuid.UUID | None,
+        metadata: Mapping[str, Any] | None = None,
+        webhook_url: str = "",
     ) -> Run | None:
-        """The run an earlier request with this Idempotency-Key created, if any."""
+        """The run an earlier request with this Idempotency-Key created, if any. The key used
+        before with a request that differs in any field is :class:`IdempotencyConflict`."""
         if not idempotency_key:
             return None
         existing = Run.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
-        if existing is not None and not _same_request(existing, question=question, session_id=session_id):
+        if existing is None:
+            return None
+        if existing.request_digest:
+            same = existing.request_digest == request_digest(
+                question=question, session_id=session_id, metadata=metadata, webhook_url=webhook_url
+            )
+        else:  # a run opened before requests were fingerprinted
+            same = _same_request(existing, question=question, session_id=session_id)
+        if not same:
             raise IdempotencyConflict()
         return existing
 
@@ -182,6 +199,11 @@ class RunLifecycle:
             "question": question,
             "metadata": dict(metadata or {}),
             "idempotency_key": idempotency_key or None,
+            "request_digest": request_digest(
+                question=question, session_id=session_id, metadata=metadata, webhook_url=webhook_url
+            )
+            if idempotency_key
+            else "",
             "webhook_url": webhook_url,
             "api_key_id": api_key_id,
             # the caller publishes it right after: a lost message is re-published from here on
@@ -211,7 +233,12 @@ class RunLifecycle:
         except IntegrityError:
             # Two requests raced with one Idempotency-Key; the other one won.
             existing = self.replayed(
-                owner=owner, idempotency_key=idempotency_key, question=question, session_id=session_id
+                owner=owner,
+                idempotency_key=idempotency_key,
+                question=question,
+                session_id=session_id,
+                metadata=metadata,
+                webhook_url=webhook_url,
             )
             if existing is None:
                 raise
@@ -445,6 +472,22 @@ class RunLifecycle:
             logger.warning("run %s: %s failed: %s", run_id, what, type(exc).__name__)
             return False
         return True
+
+
+def request_digest(
+    *, question: str, session_id: uuid.UUID | None, metadata: Mapping[str, Any] | None, webhook_url: str
+) -> str:
+    """The fingerprint of a request's fields, as the run that answers it keeps it: the same
+    fields give the same digest whatever the order of the metadata's keys (no metadata and an
+    empty one are the same request)."""
+    fields = {
+        "question": question,
+        "session_id": str(session_id) if session_id else None,
+        "metadata": dict(metadata or {}),
+        "webhook_url": webhook_url or "",
+    }
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _same_request(run: Run, *, question: str, session_id: uuid.UUID | None) -> bool:

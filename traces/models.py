@@ -67,6 +67,8 @@ class Run(models.Model):
     #: depend on the chat app), for its webhook endpoints and its per-key limits
     api_key_id = models.PositiveIntegerField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    #: a fingerprint of the request that carried the key: the same key with another body is refused
+    request_digest = models.CharField(max_length=64, blank=True)
     model_calls = models.PositiveIntegerField(default=0)
     tool_calls = models.PositiveIntegerField(default=0)
     input_tokens = models.PositiveIntegerField(default=0)

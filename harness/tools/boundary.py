@@ -3,8 +3,10 @@
 For every call it: issues the framework's ``tool_call_id`` (the model's own ids are replaced, so
 ids are unique and owned by this run), checks the run is active and charges the tool budget,
 validates the arguments against the tool's schema (errors go back to the model as tool errors),
-runs the backend with a per-tool timeout cut to the run's deadline, stores the canonical
-invocation (full request and raw result) for the guards, hands the agent a bounded projection,
+runs the backend with a per-tool timeout cut to the run's deadline, redacts the secrets in the
+result and the request (:mod:`harness.redact`: nothing after this point ever sees them, and a
+quote verifies against the redacted text), stores the canonical invocation (full request and
+raw result) for the guards, hands the agent a bounded projection,
 and writes a metadata-only audit row (fail-open). Calls of one model step run in parallel; every
 call that started is recorded, also when the run ends while it is in flight.
 """
@@ -36,6 +38,7 @@ from harness.ports import (
     TimelineCategory,
     ToolAuditRecord,
 )
+from harness.redact import redact, redact_text
 from harness.tools.projection import DEFAULT_LIMITS, ProjectionLimits, dumps_json, project_error, project_result
 from harness.tools.spec import ToolArgumentError, ToolOutput, ToolRefused, ToolSpec
 
@@ -171,7 +174,7 @@ class ToolBoundary:
         )
 
     def _start(self, call: ToolCall) -> _Pending:
-        request: dict[str, Any] = {"arguments_text": call.arguments}
+        request: dict[str, Any] = {"arguments_text": redact_text(call.arguments)}
         if call.id not in self._issued or call.id in self._used:
             p = self._pending(call, None, request)
             return self._fail(
@@ -203,7 +206,7 @@ class ToolBoundary:
                 p, InvocationStatus.INVALID_ARGUMENTS, "invalid_arguments",
                 "The arguments do not match the tool's schema; fix them and call again.", exc.problems,
             )  # fmt: skip
-        request["arguments"] = args.model_dump(mode="json")
+        request["arguments"] = redact(args.model_dump(mode="json"))
         p.timeout_s = self._ctx.timeout_for(self._default_timeout_s if spec.timeout_s is None else spec.timeout_s)
         # In a copy of this thread's context: what the caller bound (the run id its log lines
         # carry) holds in the backend too, and nothing the backend sets leaks into the pool thread.
@@ -214,9 +217,12 @@ class ToolBoundary:
     def _run_backend(self, spec: ToolSpec[Any], args: Any, timeout_s: float) -> ToolOutput:
         started = time.perf_counter()
         try:
-            return spec.run(args, timeout_s)
+            output = spec.run(args, timeout_s)
         finally:
             self._ctx.add_backend_time(time.perf_counter() - started)
+        # The one place every result passes: the store, the projection, the guards and the
+        # report only ever see the redacted result. A result that cannot be redacted fails.
+        return ToolOutput(redact(output.raw), output.evidence_status)
 
     def _await(self, pending: Sequence[_Pending]) -> None:
         running = [p for p in pending if p.future is not None]

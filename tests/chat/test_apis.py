@@ -135,6 +135,48 @@ def test_an_idempotency_key_returns_the_same_run(alice: Caller) -> None:
     assert Run.objects.count() == 1
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"question": "Payments are timing out since 11:00, please investigate"},
+        {"metadata": {"ticket": "INC-2"}},
+        {"metadata": {"ticket": "INC-1", "team": "payments"}},
+        {"webhook_url": "http://127.0.0.1/other-hook"},
+        {"webhook_url": None},
+        {"session_id": "given"},
+    ],
+    ids=["question", "metadata-value", "metadata-key", "webhook_url", "no-webhook_url", "session_id"],
+)
+def test_an_idempotency_key_reused_with_any_other_field_is_422_and_creates_nothing(
+    alice: Caller, settings: Any, change: dict[str, Any]
+) -> None:
+    settings.WEBHOOK = {**settings.WEBHOOK, "ALLOWED_CIDRS": ["127.0.0.1/32"]}
+    body: dict[str, Any] = {"metadata": {"ticket": "INC-1"}, "webhook_url": "http://127.0.0.1/hook"}
+    first = ask(alice, **body, headers={"Idempotency-Key": "k-1"})
+    assert first.status_code == 202
+    changed: dict[str, Any] = {**body, **change}
+    if changed.get("session_id") == "given":
+        changed["session_id"] = first.json()["session_id"]  # the session the first request created
+    changed = {k: v for k, v in changed.items() if v is not None}
+    question = changed.pop("question", DIAGNOSIS)
+    runs, sessions = Run.objects.count(), ChatSession.objects.count()
+
+    assert_error(ask(alice, question, **changed, headers={"Idempotency-Key": "k-1"}), 422, "idempotency_key_reused")
+
+    assert (Run.objects.count(), ChatSession.objects.count()) == (runs, sessions)
+    again = ask(
+        alice, metadata={"ticket": "INC-1"}, webhook_url=body["webhook_url"], headers={"Idempotency-Key": "k-1"}
+    )
+    assert again.status_code == 200 and again.json()["run_id"] == first.json()["run_id"]
+
+
+def test_an_idempotency_key_replays_a_body_whose_metadata_keys_come_in_another_order(alice: Caller) -> None:
+    first = ask(alice, metadata={"a": 1, "b": [1, 2]}, headers={"Idempotency-Key": "k-2"})
+    again = ask(alice, metadata={"b": [1, 2], "a": 1}, headers={"Idempotency-Key": "k-2"})
+    assert first.status_code == 202 and again.status_code == 200
+    assert again.json()["run_id"] == first.json()["run_id"] and Run.objects.count() == 1
+
+
 def test_the_broker_being_down_is_a_503_and_leaves_no_queued_run(alice: Caller, settings: Any) -> None:
     with broker_pointed_at_nothing():
         response = ask(alice)

@@ -3,7 +3,9 @@ API bodies refused before anything reads them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -129,3 +131,78 @@ def test_a_body_at_the_limit_is_read_and_validated(alice: Caller) -> None:
 def test_the_limit_only_applies_to_api_bodies(alice: Caller) -> None:
     response = alice.client.get("/api/sessions", CONTENT_LENGTH=str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE * 4))
     assert response.status_code == 200
+
+
+def _asgi_post(path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]]) -> tuple[int, dict[str, Any]]:
+    """POST a body to the ASGI application in the given chunks, with no Content-Length (as a
+    client sending ``Transfer-Encoding: chunked`` does): Django's test client cannot."""
+    from django.core.asgi import get_asgi_application
+
+    application = get_asgi_application()
+    messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+    sent: list[Mapping[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await asyncio.sleep(3600)  # no disconnect while the response is written
+        raise AssertionError("unreachable")
+
+    async def send(message: Mapping[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "headers": [(b"host", b"testserver"), (b"transfer-encoding", b"chunked"), *headers],
+        "client": ("127.0.0.1", 50000), "server": ("testserver", 80),
+    }  # fmt: skip
+    asyncio.run(application(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], json.loads(body)
+
+
+def test_a_chunked_oversized_body_is_413_like_a_declared_one(alice: Caller) -> None:
+    body = json.dumps({"question": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)}).encode()
+    chunks = [body[i : i + 16_384] for i in range(0, len(body), 16_384)]
+    headers = [(b"content-type", b"application/json"), (b"authorization", f"Bearer {alice.key}".encode())]
+
+    status, answer = _asgi_post("/api/chat", chunks, headers)
+
+    assert status == 413
+    assert answer["error"]["code"] == "payload_too_large"
+    assert Run.objects.count() == 0 and ChatSession.objects.count() == 0
+
+
+def test_a_chunked_body_within_the_limit_is_read() -> None:
+    status, answer = _asgi_post("/api/chat", [b'{"question": ', b'"hello"}'], [(b"content-type", b"application/json")])
+    assert status == 401 and answer["error"]["code"] == "unauthenticated"  # past the size check
+
+
+# --- nesting ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"question": "Payments time out", "metadata": {"a": ' + "[" * 5000 + "]" * 5000 + "}}",
+        "[" * 5000 + "]" * 5000,
+        '{"question": "Payments time out", "metadata": {"a": ' + '{"b": ' * 40 + "1" + "}" * 40 + "}}",
+    ],
+    ids=["metadata-5000-deep", "body-5000-deep", "metadata-40-deep"],
+)
+def test_a_body_nested_too_deep_is_400_and_creates_nothing(alice: Caller, body: str) -> None:
+    response = alice.client.post("/api/chat", body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "json_too_deep"
+    assert Run.objects.count() == 0 and ChatSession.objects.count() == 0
+
+
+def test_metadata_nested_within_the_limit_is_accepted(alice: Caller) -> None:
+    metadata = {"a": {"b": {"c": [[["deep enough"]]]}}}
+    response = alice.client.post(
+        "/api/chat", json.dumps({"question": DIAGNOSIS, "metadata": metadata}), content_type="application/json"
+    )
+    assert response.status_code == 202
+    assert Run.objects.get().metadata == metadata

@@ -344,12 +344,14 @@ def test_secrets_in_the_question_the_evidence_and_the_model_output_reach_no_log_
 
     run = alice.get(f"/api/runs/{run_id}").json()
     assert run["status"] == "completed" and run["intent"] == "DIAGNOSIS", run
-    # The secrets really went in: the evidence secret was in a tool result, the reasoning was recorded.
+    # The secrets really went in: the evidence line was in a tool result (its password redacted
+    # at the tool boundary, so not even the stored invocation keeps it), the reasoning was recorded.
     invocations = [
         RedisInvocationStore(ttl_s=60).get(run_id, t["tool_call_id"])
         for t in alice.get(f"/api/runs/{run_id}/trace").json()["tool_invocations"]
     ]
-    assert any(i is not None and in_evidence in json.dumps(i.raw_result) for i in invocations)
+    stored = json.dumps([i.raw_result for i in invocations if i is not None])
+    assert "SMTP auth retry user=ops password=[REDACTED:password]" in stored and in_evidence not in stored
     assert in_reasoning in json.dumps(staff.get(f"/api/runs/{run_id}/trace/reasoning").json())
 
     ordinary = {

@@ -16,7 +16,7 @@ from harness.application import ChatRequest, InvalidQuestion, RunNotClaimed
 from harness.context import Budgets, CancelReason, Outcome, RunStatus
 from harness.errors import ModelTimeout
 from harness.examples import INJECTION, payment_incident
-from harness.inmemory import RecordingObserver
+from harness.inmemory import InMemoryLogs, RecordingObserver
 from harness.llm.base import ModelRequest
 from harness.llm.offline import OfflineAnalyst
 from harness.llm.scripted import (
@@ -331,6 +331,57 @@ def test_the_offline_analyst_ignores_injected_instructions() -> None:
     assert result.outcome is Outcome.SUCCESS
     text = chain.published_text(result)
     assert "solar flare" not in text and "db.pool.max_size" in text
+
+
+# --- secrets in the evidence ---------------------------------------------------------------------
+
+SECRET_PASSWORD = "hunter2-Xq9"
+SECRET_KEY = "sk-live-4eC39HqLyjWDarjtT1zdp7dc"
+
+
+def _incident_with_secrets() -> Any:
+    """The payment incident, its pool errors logged with the connection's password and a key."""
+    incident = payment_incident()
+    leaky = f" url=mysql://pay:{SECRET_PASSWORD}@orders-db/pay password={SECRET_PASSWORD} api_key={SECRET_KEY}"
+    lines = [
+        replace(line, message=line.message + leaky) if "Connection is not available" in line.message else line
+        for line in incident.logs.lines
+    ]
+    return replace(incident, logs=InMemoryLogs(lines))
+
+
+class _RecordingAnalyst(OfflineAnalyst):
+    """The offline analyst, keeping every request it was sent."""
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    def complete(self, request: ModelRequest) -> Any:
+        self.requests.append(request)
+        return super().complete(request)
+
+
+def test_secrets_in_the_evidence_reach_no_report_event_store_or_trace() -> None:
+    analyst = _RecordingAnalyst()
+    chain = build_chain(router=analyst, agent=analyst, guard=analyst, incident=_incident_with_secrets())
+    result = chain.ask()
+
+    # the report still quotes the line (redacted), and the quote verified against the store
+    assert result.outcome is Outcome.SUCCESS, result.fallback_reason
+    text = chain.published_text(result)
+    assert "Connection is not available" in text and "password=[REDACTED:password]" in text
+    seen = [
+        text,
+        repr(chain.observer.events),
+        repr(list(chain.invocations.items.values())),
+        repr(chain.audit.timeline),
+        repr(chain.audit.steps),
+        repr(chain.audit.tools),
+        repr(chain.audit.reasoning),
+        *(m.content or "" for request in analyst.requests for m in request.messages),
+    ]
+    for secret in (SECRET_PASSWORD, SECRET_KEY, "4eC39HqLyjWDarjtT1zdp7dc"):
+        assert not [part for part in seen if secret in part]
 
 
 # --- evidence backends that fail ----------------------------------------------------------------

@@ -850,3 +850,24 @@ def test_a_cancelled_run_runs_no_more_tools() -> None:
         rig.boundary.invoke(call)
     assert backend_calls == []
     assert rig.ctx.usage().tool_calls == 0
+
+
+# --- secrets --------------------------------------------------------------------------------------
+
+
+def test_secrets_are_redacted_before_the_store_the_projection_and_the_audit_see_the_result() -> None:
+    def leaky(args: ProbeArgs, _timeout: float) -> ToolOutput:
+        return ok_output(line="connect mysql://app:hunter2@db failed, api_key=sk-live-4eC39HqLyjWDarjtT1zdp7dc")
+
+    rig = build(probe(handler=leaky))
+    observation = rig.invoke("probe", {"query": "password=hunter2"})
+
+    assert observation.status is InvocationStatus.READY
+    stored = rig.store.get(RUN_ID, observation.tool_call_id)
+    assert stored is not None
+    expected = "connect mysql://app:[REDACTED:password]@db failed, api_key=[REDACTED:api_key]"
+    assert stored.raw_result == {"line": expected}
+    assert json.loads(observation.content)["result"] == {"line": expected}
+    assert stored.request["arguments"] == {"query": "password=[REDACTED:password]", "count": 3, "mode": "safe"}
+    everything = repr((stored, observation, rig.memory.tools, rig.memory.timeline))
+    assert "hunter2" not in everything and "4eC39HqLyjWDarjtT1zdp7dc" not in everything

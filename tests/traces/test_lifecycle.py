@@ -364,6 +364,36 @@ def test_an_idempotency_key_replays_its_run_and_refuses_another_question(lifecyc
     assert Run.objects.count() == 1 and ChatSession.objects.count() == 1
 
 
+def test_an_idempotency_key_refuses_a_request_that_differs_in_metadata_or_webhook(
+    lifecycle: RunLifecycle, owner: Any
+) -> None:
+    run = lifecycle.open(owner=owner, question="q", metadata={"t": 1}, idempotency_key="k-1").run
+    same = {"owner": owner, "idempotency_key": "k-1", "question": "q", "session_id": None}
+
+    assert lifecycle.replayed(**same, metadata={"t": 1}) == run
+    for other in (
+        {"metadata": {"t": 2}},
+        {"metadata": None},
+        {"metadata": {"t": 1}, "webhook_url": "https://x.test/h"},
+    ):
+        with pytest.raises(IdempotencyConflict):
+            lifecycle.replayed(**same, **other)
+    with pytest.raises(IdempotencyConflict):  # a racing duplicate with another body
+        lifecycle.open(owner=owner, question="q", metadata={"t": 2}, idempotency_key="k-1")
+    assert Run.objects.count() == 1
+
+
+def test_a_run_opened_before_requests_were_fingerprinted_is_still_matched_by_its_question(
+    lifecycle: RunLifecycle, owner: Any
+) -> None:
+    run = lifecycle.open(owner=owner, question="q", idempotency_key="k-1").run
+    Run.objects.filter(id=run.id).update(request_digest="")
+
+    assert lifecycle.replayed(owner=owner, idempotency_key="k-1", question="q", session_id=None) == run
+    with pytest.raises(IdempotencyConflict):
+        lifecycle.replayed(owner=owner, idempotency_key="k-1", question="other", session_id=None)
+
+
 def test_the_harness_used_without_the_api_gets_its_session_and_run_created_here(
     lifecycle: RunLifecycle, owner: Any
 ) -> None:
