@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('traces', '0003_run_heartbeat_publish'),
+        ('traces', '0004_run_request_digest'),
     ]
 
     operations = [
