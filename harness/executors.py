@@ -130,8 +130,9 @@ class DiagnosisExecutor:
         observations = scope.boundary.observations
         runbooks: Sequence[Any] = self._runbooks.match(question, limit=self._runbook_limit) if self._runbooks else ()
         scope.audit.event(
-            TimelineCategory.AGENT, "agent.started", runbooks=len(runbooks), previous_turn=previous_turn is not None
-        )
+            TimelineCategory.AGENT, "agent.started", runbooks=len(runbooks), previous_turn=previous_turn is not None,
+            runbook_titles=" | ".join(str(getattr(r, "title", "")) for r in runbooks)[:500],
+        )  # fmt: skip
         outcome = self._agent.run(scope, question, previous_turn, runbooks)
         draft = outcome.draft
         if draft is None:
