@@ -139,7 +139,7 @@ def test_the_evidence_findings_say_which_claim_failed_and_why(console: Client, a
     run_id = finished(alice)
     run = Run.objects.get(id=run_id)
     TraceEvent.objects.create(
-        run=run, category="evidence", name="evidence.finding", at=run.finished_at,
+        run=run, category="evidence", name="evidence.finding", at=run.created_at,
         details={"code": "quote_not_found", "claim": 1, "citation": 0},
     )  # fmt: skip
     html = page(console, f"/admin/traces/run/{run_id}/change/")
