@@ -54,12 +54,13 @@ format: $(STAMP) ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(STAMP) ## benchmark the harness alone, retrieval at 10k/100k chunks, the whole service on MariaDB + Redis, webhooks
+bench: $(STAMP) ## benchmark the harness alone, retrieval at 10k/100k chunks, the whole service on MariaDB + Redis, webhooks, the trace console at 10k runs
 	@status=0; \
 	$(BIN)/python -m bench.harness_bench || status=1; \
 	$(BIN)/python -m bench.retrieval_bench || status=1; \
 	$(BIN)/python -m chat.stack ensure-redis && $(BIN)/python -m bench.service_bench || status=1; \
 	$(BIN)/python -m bench.webhook_bench || status=1; \
+	$(BIN)/python -m bench.console_bench || status=1; \
 	exit $$status
 
 load: $(STAMP) ## load test: 1,000 runs, 50 clients, 200 SSE listeners, a webhook each; nothing lost or doubled

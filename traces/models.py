@@ -95,6 +95,7 @@ class Run(models.Model):
             models.Index(fields=("session", "status"), name="run_session_status"),
             models.Index(fields=("session", "intent", "outcome", "-created_at"), name="run_previous_turn"),
             models.Index(fields=("owner", "-created_at"), name="run_owner_recent"),
+            models.Index(fields=("-created_at",), name="run_recent"),  # the console's run list
             models.Index(fields=("status", "created_at"), name="run_status_age"),
             models.Index(fields=("api_key_id", "status"), name="run_key_status"),
         ]
