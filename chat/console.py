@@ -24,7 +24,16 @@ from chat import services, waterfall
 from chat.models import WebhookAttempt, WebhookDelivery
 from chat.webhooks import services as webhook_services
 from core.admin import ReadOnlyAdmin, ReadOnlyInline
-from traces.models import ACTIVE_STATUSES, AgentStep, ChatSession, Feedback, Run, ToolInvocation, TraceEvent
+from traces.models import (
+    ACTIVE_STATUSES,
+    AgentStep,
+    ChatSession,
+    Feedback,
+    ReasoningAudit,
+    Run,
+    ToolInvocation,
+    TraceEvent,
+)
 
 #: What a tool call's result summary may show, in characters.
 RESULT_SUMMARY_CHARS = 1200
@@ -263,7 +272,8 @@ class RunAdmin(ReadOnlyAdmin):
             return self._redeliver(request, run, request.POST["redeliver"])
         context = dict(extra_context or {})
         if run is not None:
-            context.update(run_console(run, staff=bool(getattr(request.user, "is_staff", False))))
+            user = request.user
+            context.update(run_console(run, staff=bool(user.is_staff), superuser=bool(user.is_superuser)))
         return super().change_view(request, object_id, form_url, extra_context=context)
 
     def _redeliver(self, request: HttpRequest, run: Run, delivery_id: str) -> Any:
@@ -281,8 +291,9 @@ class RunAdmin(ReadOnlyAdmin):
         return HttpResponseRedirect(request.path)
 
 
-def run_console(run: Run, *, staff: bool) -> dict[str, Any]:
-    """Everything the run page shows beside Django's own field list (a fixed number of queries)."""
+def run_console(run: Run, *, staff: bool, superuser: bool = False) -> dict[str, Any]:
+    """Everything the run page shows beside Django's own field list (a fixed number of queries).
+    The provider's reasoning and assistant text are shown to superusers only."""
     steps = list(AgentStep.objects.filter(run=run).order_by("index"))
     tools = list(ToolInvocation.objects.filter(run=run).order_by("id"))
     timeline = list(TraceEvent.objects.filter(run=run).order_by("at", "id"))
@@ -302,6 +313,7 @@ def run_console(run: Run, *, staff: bool) -> dict[str, Any]:
         "timeline": [_event_row(run, e) for e in timeline],
         "deliveries": _delivery_rows(deliveries, attempts),
         "feedback": feedback,
+        "reasoning": list(ReasoningAudit.objects.filter(run=run).order_by("step_index")) if superuser else None,
     }
 
 

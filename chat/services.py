@@ -196,6 +196,16 @@ def api_key_create(*, username: str, staff: bool = False, name: str = "") -> tup
     if staff and not user.is_staff:
         user.is_staff = True
         user.save(update_fields=["is_staff"])
+    return _new_key(user, name)
+
+
+def api_key_for_user(*, user: Any, name: str) -> tuple[ApiKey, str]:
+    """A new key for an existing user (the chat page's, for its session): the key and the raw key."""
+    key, raw, _ = _new_key(user, name)
+    return key, raw
+
+
+def _new_key(user: Any, name: str) -> tuple[ApiKey, str, str]:
     raw = new_raw_key()
     webhook_secret = signing.new_secret()
     key = ApiKey.objects.create(

@@ -55,6 +55,9 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "config.urls"
+# The chat page's sign-in (browsers); programs use API keys.
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
 ASGI_APPLICATION = "config.asgi.application"
 WSGI_APPLICATION = "config.wsgi.application"
 

@@ -193,3 +193,18 @@ def test_the_console_changes_nothing_else(console: Client, alice: Caller) -> Non
     assert Run.objects.get(id=run_id).question == DIAGNOSIS
     assert console.get("/admin/traces/run/add/").status_code == 403
     assert console.get(f"/admin/traces/run/{run_id}/delete/").status_code == 403
+
+
+def test_only_superusers_see_the_providers_reasoning(console: Client, alice: Caller) -> None:
+    from django.contrib.auth.models import Permission
+
+    run_id = finished(alice)
+    assert 'id="reasoning"' in page(console, f"/admin/traces/run/{run_id}/change/")
+    viewer = get_user_model().objects.create_user("viewer", password="pw-viewer-1", is_staff=True)
+    viewer.user_permissions.add(
+        *Permission.objects.filter(codename__startswith="view_", content_type__app_label="traces")
+    )
+    client = Client()
+    client.force_login(viewer)
+    html = page(client, f"/admin/traces/run/{run_id}/change/")
+    assert "Where the time went" in html and 'id="reasoning"' not in html
