@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-models.txt | sha1sum | cut -c1-12)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo serve test check lint typecheck migrations format bench load soak clean
+.PHONY: help setup demo serve test check lint typecheck migrations format bench load soak clean chromium mysql-headers
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -22,6 +22,12 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-models.txt
 
 setup: $(STAMP) ## create the virtualenv and install pinned dependencies
 
+chromium:
+	@echo "installing Debian's chromium for the browser tests (tests/e2e/test_browser.py)"
+	@command -v apt-get >/dev/null || { echo "install Chromium (or set CHROMIUM to its path) for the browser tests"; exit 0; }
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null || \
+	  { DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
+
 mysql-headers:
 	@echo "installing the MySQL client headers mysqlclient builds against (Debian: libmariadb-dev, pkg-config)"
 	@command -v apt-get >/dev/null || { echo "install the MySQL/MariaDB client headers and pkg-config, then retry"; exit 1; }
@@ -34,7 +40,8 @@ demo: $(STAMP) ## set up, start the service locally, ask a diagnosis question ov
 serve: $(STAMP) ## run the service in the foreground: migrations, Redis if needed, ASGI server on $$PORT and a worker
 	$(BIN)/python manage.py serve
 
-test: $(STAMP) ## set up (Redis started locally if none answers), then run the whole test suite
+test: $(STAMP) ## set up (Redis started locally if none answers, Debian's chromium for the browser tests), then run the whole test suite
+	@command -v chromium >/dev/null || $(MAKE) --no-print-directory chromium
 	$(BIN)/python -m chat.stack ensure-redis
 	$(BIN)/python -m pytest
 
