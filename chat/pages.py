@@ -29,7 +29,7 @@ SESSION_KEY = "sba.browser_key"
 
 def _browser_key(request: HttpRequest) -> str:
     kept: Any = request.session.get(SESSION_KEY)
-    if kept and ApiKey.objects.filter(pk=kept[0], user=request.user, revoked_at__isnull=True).exists():
+    if kept and ApiKey.objects.filter(pk=kept[0], user_id=int(request.user.pk or 0), revoked_at__isnull=True).exists():
         return str(kept[1])
     key, raw = api_key_for_user(user=request.user, name=BROWSER_KEY_NAME)
     request.session[SESSION_KEY] = [key.pk, raw]
