@@ -17,9 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.agent import DiagnosisAgent
 from harness.context import Outcome
-from harness.draft import strip_code_fence
+from harness.draft import Draft, strip_code_fence
 from harness.errors import HarnessError, ModelResponseInvalid
 from harness.guards.evidence import EvidenceGuard, GuardResult
+from harness.guards.recommendations import approved_knowledge_texts, check_recommendations
 from harness.guards.repair import EvidenceRepair
 from harness.guards.semantic import SemanticGuard, Verdict
 from harness.llm.base import Message, ModelRole, Purpose, ToolCall
@@ -28,6 +29,7 @@ from harness.ports import InvocationStatus, RunbookSource, Stage, TimelineCatego
 from harness.prompts import KNOWLEDGE_ANSWER, SYSTEM_CHAT
 from harness.release import ContentType, FallbackReason, PublishedContent, Release, ReleasePolicy
 from harness.scope import RunScope
+from harness.text import has_cjk
 from harness.tools.evidence import LOOKUP_KNOWLEDGE
 
 SYSTEM_CHAT_MAX_CHARS = 4_000
@@ -165,6 +167,7 @@ class DiagnosisExecutor:
             if not check.result.passed:
                 return self._release.fallback(FallbackReason.EVIDENCE_REJECTED, observations)
 
+        draft = _grounded_recommendations(scope, draft, runbooks, question)
         scope.status(Stage.SEMANTIC_REVIEW)
         semantic = self._semantic.review(scope.caller, draft, check)
         scope.audit.event(
@@ -183,6 +186,8 @@ class DiagnosisExecutor:
         return Release(release.outcome, release.content, None, published.to_dict() if published else None)
 
 
+#: The draft's limit on limitations (harness.draft.Draft).
+MAX_LIMITATIONS = 10
 #: Findings kept per check in the timeline: enough to see which claims failed and why.
 MAX_FINDING_EVENTS = 20
 
@@ -198,3 +203,33 @@ def _record_findings(scope: RunScope, result: GuardResult) -> None:
             claim=finding.claim,
             citation=finding.citation,
         )
+
+
+def _grounded_recommendations(scope: RunScope, draft: Draft, runbooks: Sequence[Any], question: str) -> Draft:
+    """The draft with only the recommendations a runbook of this run, or an approved document
+    section one of its knowledge lookups returned, supports; a note says how many were withheld."""
+    if not draft.recommendations:
+        return draft
+    raws = []
+    for observation in scope.boundary.observations:
+        if observation.tool == LOOKUP_KNOWLEDGE and observation.status is InvocationStatus.READY:
+            try:
+                invocation = scope.invocations.get(scope.run_id, observation.tool_call_id)
+            except Exception:  # noqa: BLE001 - an unreadable result supports nothing
+                invocation = None
+            if invocation is not None:
+                raws.append(invocation.raw_result)
+    sources = [str(getattr(r, "body", "")) for r in runbooks] + approved_knowledge_texts(raws)
+    check = check_recommendations(draft.recommendations, sources)
+    scope.audit.event(
+        TimelineCategory.EVIDENCE, "recommendations.checked", kept=len(check.kept), withheld=check.withheld
+    )
+    if not check.withheld:
+        return draft
+    note = (
+        f"有 {check.withheld} 条建议没有运行手册或已批准文档的依据，未予发布。"
+        if has_cjk(question)
+        else f"{check.withheld} recommendation(s) withheld: no runbook or approved document consulted in this run supports them."
+    )
+    limitations = (*draft.limitations[: MAX_LIMITATIONS - 1], note)
+    return draft.model_copy(update={"recommendations": check.kept, "limitations": limitations})

@@ -59,6 +59,7 @@ def draft(
     *claims: Callable[[ModelRequest], dict[str, Any]],
     conclusion: str = "Payments time out because the connection pool is exhausted.",
     root_cause: str = "Connection pool exhausted (Connection is not available, request timed out)",
+    recommendations: Sequence[str] = (),
 ) -> Step:
     def build(request: ModelRequest) -> str:
         return json.dumps(
@@ -66,7 +67,7 @@ def draft(
                 "conclusion": conclusion,
                 "root_cause": root_cause,
                 "claims": [c(request) for c in claims],
-                "recommendations": ["Restore the previous pool size."],
+                "recommendations": list(recommendations),
                 "limitations": [],
             },
             ensure_ascii=False,

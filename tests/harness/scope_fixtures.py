@@ -174,7 +174,7 @@ def draft_json(
     *,
     conclusion: str = "Payments time out because the database connection pool is exhausted.",
     root_cause: str = "The payment-service connection pool is exhausted (Connection is not available).",
-    recommendations: Sequence[str] = ("Restore the previous pool size.",),
+    recommendations: Sequence[str] = (),
     limitations: Sequence[str] = (),
 ) -> str:
     return json.dumps(

@@ -265,13 +265,14 @@ def drafted(
     *citations: tuple[str, str],
     root_cause: str = "The payment-service connection pool is exhausted (Connection is not available).",
     claims: bool = True,
+    recommendations: tuple[str, ...] = (),
 ) -> Step:
     """A draft whose one claim cites, per (tool, quote), the first result of that tool."""
 
     def build(request: ModelRequest) -> str:
         cited = [(seen_ids(request, tool)[0], quote) for tool, quote in citations]
         claim_list = [claim("payment-service ran out of pool connections after a config change.", *cited)]
-        return draft_json(claim_list if claims else [], root_cause=root_cause)
+        return draft_json(claim_list if claims else [], root_cause=root_cause, recommendations=recommendations)
 
     return respond(build)
 
@@ -474,3 +475,38 @@ def test_matching_runbooks_reach_the_agent() -> None:
 def test_knowledge_chunks_in_fixtures_are_searchable() -> None:
     # guards the other tests: the fixture knowledge base answers the how-to question
     assert InMemoryKnowledge(CHUNKS, min_score=0.5).search(HOW_TO, 5).evidence_status == "ok"
+
+
+# --- recommendations are grounded like claims ---------------------------------------------------
+
+GROUNDED = "Raise the maximum pool size that is too small for the traffic."  # the cause document's words
+INVENTED = "Do not revert the pool size change."
+
+
+def test_only_recommendations_a_consulted_source_supports_are_released() -> None:
+    h = incident_scope(
+        [
+            GATHER,
+            drafted(("query_logs", POOL_QUOTE), ("lookup_knowledge", DOC_QUOTE), recommendations=(GROUNDED, INVENTED)),
+        ],
+        guard_steps=[PASS],
+    )
+
+    release = run_diagnosis(h)
+
+    assert release.outcome is Outcome.SUCCESS
+    assert release.content.payload["recommendations"] == [GROUNDED]
+    assert release.content.payload["limitations"][-1].startswith("1 recommendation(s) withheld")
+    assert [e.details for e in h.audit.timeline if e.name == "recommendations.checked"] == [{"kept": 1, "withheld": 1}]
+
+
+def test_a_runbook_the_run_was_given_grounds_its_recommendations() -> None:
+    runbook = Runbook("payments", "Payments timing out", "## Remediation\nDo not revert the pool size change.")
+    h = incident_scope(
+        [GATHER, drafted(("query_logs", POOL_QUOTE), ("lookup_knowledge", DOC_QUOTE), recommendations=(INVENTED,))],
+        guard_steps=[PASS],
+    )
+
+    release = run_diagnosis(h, InMemoryRunbooks([runbook]))
+
+    assert release.content.payload["recommendations"] == [INVENTED]
