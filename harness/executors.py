@@ -51,9 +51,11 @@ class SystemChatExecutor:
         text = (response.content or "").strip()
         if not text:
             raise ModelResponseInvalid()
-        return Release(
-            Outcome.SUCCESS, PublishedContent(ContentType.SYSTEM_CHAT, {"text": text[:SYSTEM_CHAT_MAX_CHARS]})
-        )
+        payload: dict[str, Any] = {"text": text[:SYSTEM_CHAT_MAX_CHARS]}
+        if response.finish_reason == "length" or len(text) > SYSTEM_CHAT_MAX_CHARS:
+            # cut short (by the provider's token limit or ours): said so, not passed off as whole
+            payload = {"text": payload["text"].rstrip()[: SYSTEM_CHAT_MAX_CHARS - 1] + "…", "truncated": True}
+        return Release(Outcome.SUCCESS, PublishedContent(ContentType.SYSTEM_CHAT, payload))
 
 
 class _KnowledgeReply(BaseModel):

@@ -83,7 +83,16 @@ def test_a_long_system_chat_reply_is_cut() -> None:
 
     release = SystemChatExecutor().execute(h.scope, "hello", None)
 
-    assert release.content.payload["text"] == "x" * SYSTEM_CHAT_MAX_CHARS
+    assert release.content.payload == {"text": "x" * (SYSTEM_CHAT_MAX_CHARS - 1) + "…", "truncated": True}
+
+
+def test_a_system_chat_reply_the_provider_cut_off_says_so() -> None:
+    h = incident_scope([respond(lambda _: ModelResponse("I diagnose incidents from logs and", finish_reason="length"))])
+
+    release = SystemChatExecutor().execute(h.scope, "hello", None)
+
+    assert release.outcome is Outcome.SUCCESS
+    assert dict(release.content.payload) == {"text": "I diagnose incidents from logs and…", "truncated": True}
 
 
 @pytest.mark.parametrize("reply", ["", "  \n ", None])
