@@ -327,7 +327,7 @@ def _summary(run: Run) -> list[tuple[str, str]]:
         ("in models", ms(run.model_ms)),
         ("in tools (summed over parallel calls)", ms(run.backend_ms)),
         ("tokens", f"{run.input_tokens} in · {run.output_tokens} out"),
-        ("calls", f"{run.model_calls} model · {run.tool_calls} tool"),
+        ("calls", f"{run.model_calls} model ({run.model_retries} retried) · {run.tool_calls} tool"),
     ]
     if run.fallback_reason:
         rows.append(("fallback reason", run.fallback_reason))

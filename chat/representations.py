@@ -40,6 +40,7 @@ def run_resource(run: Run) -> dict[str, Any]:
             "input_tokens": run.input_tokens,
             "output_tokens": run.output_tokens,
             "model_calls": run.model_calls,
+            "model_retries": run.model_retries,
             "tool_calls": run.tool_calls,
         },
         "links": run_links(run),

@@ -307,6 +307,7 @@ class RunLifecycle:
             "failure_code": failure.code if failure else "",
             "failure_message": failure.message[:FAILURE_MESSAGE_CHARS] if failure else "",
             "model_calls": usage.model_calls,
+            "model_retries": usage.model_retries,
             "tool_calls": usage.tool_calls,
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,

@@ -70,6 +70,8 @@ class Run(models.Model):
     #: a fingerprint of the request that carried the key: the same key with another body is refused
     request_digest = models.CharField(max_length=64, blank=True)
     model_calls = models.PositiveIntegerField(default=0)
+    #: provider attempts beyond the first (429s, timeouts, unreadable answers that were retried)
+    model_retries = models.PositiveIntegerField(default=0)
     tool_calls = models.PositiveIntegerField(default=0)
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)

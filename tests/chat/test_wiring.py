@@ -160,7 +160,13 @@ def test_a_run_is_answered_by_the_configured_provider(alice: Caller, staff: Call
         "content_type": "system_chat",
         "payload": {"text": "Hello, I help on-call engineers diagnose incidents."},
     }
-    assert run["usage"] == {"input_tokens": 34, "output_tokens": 13, "model_calls": 2, "tool_calls": 0}
+    assert run["usage"] == {
+        "input_tokens": 34,
+        "output_tokens": 13,
+        "model_calls": 2,
+        "model_retries": 0,
+        "tool_calls": 0,
+    }
 
     # Both calls reached the stub, each with its role's model and the configured key.
     assert [r["path"] for r in stub.requests] == ["/v1/chat/completions"] * 2

@@ -79,7 +79,7 @@ def success(run_id: str, session_id: str, *, answer: str = "pool exhausted") -> 
         outcome=HarnessOutcome.SUCCESS,
         intent="DIAGNOSIS",
         content=PublishedContent(ContentType.DIAGNOSIS_REPORT, {"conclusion": answer}),
-        usage=UsageSnapshot(model_calls=3, tool_calls=4, input_tokens=1200, output_tokens=340),
+        usage=UsageSnapshot(model_calls=3, tool_calls=4, input_tokens=1200, output_tokens=340, model_retries=2),
         duration_ms=7531.5,
         model_ms=5000.25,
         backend_ms=1200.5,
@@ -157,6 +157,7 @@ def test_finish_run_writes_the_terminal_state_once(alice: Caller) -> None:
     assert done.content == {"content_type": "diagnosis_report", "payload": {"conclusion": "pool exhausted"}}
     assert done.published_result == {"conclusion": "pool exhausted", "services": ["payment-service"]}
     assert (done.model_calls, done.tool_calls, done.input_tokens, done.output_tokens) == (3, 4, 1200, 340)
+    assert done.model_retries == 2
     assert (done.duration_ms, done.model_ms, done.backend_ms) == (7531.5, 5000.25, 1200.5)
     assert done.finished_at == FINISHED
     assert (done.failure_code, done.failure_message, done.fallback_reason) == ("", "", "")
