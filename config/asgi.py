@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,6 +30,13 @@ from chat.sse import serve_stream  # noqa: E402
 from config.gc import freeze_startup_objects  # noqa: E402
 
 _STREAM = re.compile(r"^/api/runs/([^/]+)/events$")
+
+# The only streamed responses that go through Django here are WhiteNoise's static files (event
+# streams bypass it): Django reads such a file in a worker thread and warns that it did; for
+# files of a few hundred kilobytes that is the right trade, not news for the log.
+warnings.filterwarnings(
+    "ignore", message="StreamingHttpResponse must consume synchronous iterators", module="django.core.handlers.asgi"
+)
 
 
 class PooledThreadsASGIHandler(ASGIHandler):

@@ -31,9 +31,13 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # before staticfiles: `runserver` leaves the static files to WhiteNoise too, as in production
+    "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    # Swagger UI and Redoc as static files of our own: /api/docs needs no CDN
+    "drf_spectacular_sidecar",
     "django_eventstream",
     "traces",
     "chat",
@@ -46,6 +50,8 @@ MIDDLEWARE = [
     "chat.middleware.RunLogContextMiddleware",
     "chat.middleware.BodySizeLimitMiddleware",
     "chat.middleware.SyncSecurityMiddleware",
+    # /static/: answered here, before sessions or views (sync-only, as the others are)
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "chat.middleware.AdminSessionMiddleware",
     "chat.middleware.SyncCommonMiddleware",
     "chat.middleware.AdminCsrfViewMiddleware",
@@ -114,8 +120,17 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# The admin's and the API docs' files, collected into STATIC_ROOT (`manage.py serve` and `demo`
+# run collectstatic when they start; a deployment runs it once per release) and served by
+# WhiteNoise whatever DEBUG says. Not compressed or hashed: collecting then only copies what
+# changed, and a page never names a file that a missing manifest would turn into an error.
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)  # empty until collected: WhiteNoise then serves nothing, quietly
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
 
 # Threads per web process running sync views (each keeps its database connection).
 WEB_SYNC_THREADS = env_int("WEB_SYNC_THREADS", 8)
@@ -257,6 +272,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_AUTHENTICATION": [],
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    # the docs page loads its scripts and styles from STATIC_ROOT (drf-spectacular-sidecar)
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "core.api.document_errors"],
 }
