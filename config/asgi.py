@@ -20,14 +20,19 @@ from typing import Any
 import django
 from asgiref.sync import ThreadSensitiveContext
 
+from core.startup import StartupError
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-django.setup(set_prefix=False)
+try:
+    django.setup(set_prefix=False)
+except StartupError as exc:  # also in a worker process of the server, which prints no hook's line
+    raise SystemExit(f"error: {exc}") from None
 
-from django.conf import settings  # noqa: E402
-from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+from django.conf import settings
+from django.core.handlers.asgi import ASGIHandler
 
-from chat.sse import serve_stream  # noqa: E402
-from config.gc import freeze_startup_objects  # noqa: E402
+from chat.sse import serve_stream
+from config.gc import freeze_startup_objects
 
 _STREAM = re.compile(r"^/api/runs/([^/]+)/events$")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from config.env import env_bool, env_float, env_int, env_list, env_str, local_secret
+from config.env import env_bool, env_float, env_int, env_list, env_str, secret_key
 from core.startup import StartupError, database_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -19,11 +19,14 @@ VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-# Unset: a key generated once into VAR_DIR, so that every process of this installation (web
-# workers, Celery workers) and every restart shares it: admin sessions and stored webhook
-# secrets depend on it. Production sets DJANGO_SECRET_KEY.
-SECRET_KEY = env_str("DJANGO_SECRET_KEY") or local_secret(VAR_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+# Admin sessions and the sealed webhook secrets depend on it, so every process of an
+# installation (web, Celery workers, commands) and every restart must share it. A deployment
+# (DEBUG off, other hosts allowed) must set DJANGO_SECRET_KEY; locally, unset, it is generated
+# once into VAR_DIR/secret_key.
+SECRET_KEY = secret_key(
+    configured=env_str("DJANGO_SECRET_KEY"), debug=DEBUG, allowed_hosts=ALLOWED_HOSTS, path=VAR_DIR / "secret_key"
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",

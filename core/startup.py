@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -20,6 +21,7 @@ __all__ = [
     "database_check",
     "database_settings",
     "prepare",
+    "report_startup_errors",
     "safe_url",
     "schema_ensure",
     "static_ensure",
@@ -153,6 +155,24 @@ def static_ensure() -> None:
         raise StartupError(
             f"cannot collect the static files into {settings.STATIC_ROOT}: {exc.strerror or exc}"
         ) from None
+
+
+def report_startup_errors() -> None:
+    """In a process that ``manage.py`` does not start (uvicorn, a Celery worker): a
+    :class:`StartupError` that ends it is printed as its one line, ``error: …``, not as a
+    traceback. Other exceptions reach the previous hook unchanged."""
+    previous = sys.excepthook
+    if getattr(previous, "reports_startup_errors", False):
+        return
+
+    def hook(kind: type[BaseException], exc: BaseException, traceback: TracebackType | None) -> None:
+        if isinstance(exc, StartupError):
+            sys.stderr.write(f"error: {exc}\n")
+        else:
+            previous(kind, exc, traceback)
+
+    hook.reports_startup_errors = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 def prepare(args: Sequence[str]) -> None:
