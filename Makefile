@@ -8,8 +8,9 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt re
 .DEFAULT_GOAL := help
 .PHONY: help setup demo serve test check lint typecheck migrations format bench load soak clean chromium mysql-headers
 
+# A description is written as make reads recipes ($$PORT for $PORT): printed as make would.
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{gsub(/\$$\$$/, "$$", $$2); printf "  make %-11s %s\n", $$1, $$2}'
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-models.txt
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) is required"; exit 1; }
@@ -37,7 +38,7 @@ mysql-headers:
 demo: $(STAMP) ## set up, start the service locally, ask a diagnosis question over the API, stream it, stop
 	$(BIN)/python manage.py demo
 
-serve: $(STAMP) ## run the service in the foreground: migrations, Redis if needed, ASGI server on $$PORT and a worker
+serve: $(STAMP) ## run the service in the foreground: migrations, static files, Redis if needed, ASGI server on $$PORT, workers
 	$(BIN)/python manage.py serve
 
 test: $(STAMP) ## set up (Redis started locally if none answers, Debian's chromium for the browser tests), then run the whole test suite

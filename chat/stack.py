@@ -105,7 +105,9 @@ class Stack:
     worker_concurrency: int = 2
     #: threads of the worker that sends webhooks (0: no such worker)
     webhook_threads: int = 8
+    #: where each child's output goes, one ``<name>.log`` each (appended to; a line marks each start)
     log_dir: Path | None = None
+    #: False: the children write to this process's terminal instead of their log files
     quiet: bool = True
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     #: how each process was started, to start it again when it dies
@@ -133,6 +135,9 @@ class Stack:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.commands[name] = command
         out = open(log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+        out.write(f"--- {started} {name} starting ---\n".encode())
+        out.flush()
         self.processes[name] = subprocess.Popen(
             command,
             cwd=ROOT,
@@ -142,6 +147,21 @@ class Stack:
             start_new_session=True,
             # and those that do not (the web server's supervisor, redis-server) get SIGTERM then
             preexec_fn=_terminate_with_parent,
+        )
+
+    def banner(self) -> str:
+        """Where the running service answers, and where its processes write: what ``serve``
+        prints once every process is up."""
+        url = self.base_url
+        return "\n".join(
+            [
+                f"SuperBizAgent is up on {url}",
+                f"  API      {url}/api/  (docs {url}/api/docs)",
+                f"  admin    {url}/admin/",
+                f"  metrics  {url}/metrics",
+                f"  logs     {self.log_dir}/  ({', '.join(f'{name}.log' for name in self.processes)})",
+                "Ctrl-C stops it.",
+            ]
         )
 
     def ensure_redis(self) -> None:

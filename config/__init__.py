@@ -2,7 +2,10 @@
 
 from config.celery import app as celery_app
 from config.lifeline import hold
+from core.startup import report_startup_errors
 
+# uvicorn and Celery load the settings themselves: a wrong one is a line, not a traceback
+report_startup_errors()
 hold()
 
 __all__ = ["celery_app"]

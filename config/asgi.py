@@ -13,22 +13,35 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import django
 from asgiref.sync import ThreadSensitiveContext
 
+from core.startup import StartupError
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-django.setup(set_prefix=False)
+try:
+    django.setup(set_prefix=False)
+except StartupError as exc:  # also in a worker process of the server, which prints no hook's line
+    raise SystemExit(f"error: {exc}") from None
 
-from django.conf import settings  # noqa: E402
-from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+from django.conf import settings
+from django.core.handlers.asgi import ASGIHandler
 
-from chat.sse import serve_stream  # noqa: E402
-from config.gc import freeze_startup_objects  # noqa: E402
+from chat.sse import serve_stream
+from config.gc import freeze_startup_objects
 
 _STREAM = re.compile(r"^/api/runs/([^/]+)/events$")
+
+# The only streamed responses that go through Django here are WhiteNoise's static files (event
+# streams bypass it): Django reads such a file in a worker thread and warns that it did; for
+# files of a few hundred kilobytes that is the right trade, not news for the log.
+warnings.filterwarnings(
+    "ignore", message="StreamingHttpResponse must consume synchronous iterators", module="django.core.handlers.asgi"
+)
 
 
 class PooledThreadsASGIHandler(ASGIHandler):

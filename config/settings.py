@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from config.env import env_bool, env_float, env_int, env_list, env_str, local_secret
+from config.env import env_bool, env_float, env_int, env_list, env_str, secret_key
 from core.startup import StartupError, database_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -19,11 +19,14 @@ VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-# Unset: a key generated once into VAR_DIR, so that every process of this installation (web
-# workers, Celery workers) and every restart shares it: admin sessions and stored webhook
-# secrets depend on it. Production sets DJANGO_SECRET_KEY.
-SECRET_KEY = env_str("DJANGO_SECRET_KEY") or local_secret(VAR_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+# Admin sessions and the sealed webhook secrets depend on it, so every process of an
+# installation (web, Celery workers, commands) and every restart must share it. A deployment
+# (DEBUG off, other hosts allowed) must set DJANGO_SECRET_KEY; locally, unset, it is generated
+# once into VAR_DIR/secret_key.
+SECRET_KEY = secret_key(
+    configured=env_str("DJANGO_SECRET_KEY"), debug=DEBUG, allowed_hosts=ALLOWED_HOSTS, path=VAR_DIR / "secret_key"
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -31,9 +34,13 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # before staticfiles: `runserver` leaves the static files to WhiteNoise too, as in production
+    "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    # Swagger UI and Redoc as static files of our own: /api/docs needs no CDN
+    "drf_spectacular_sidecar",
     "django_eventstream",
     "traces",
     "chat",
@@ -46,6 +53,8 @@ MIDDLEWARE = [
     "chat.middleware.RunLogContextMiddleware",
     "chat.middleware.BodySizeLimitMiddleware",
     "chat.middleware.SyncSecurityMiddleware",
+    # /static/: answered here, before sessions or views (sync-only, as the others are)
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "chat.middleware.AdminSessionMiddleware",
     "chat.middleware.SyncCommonMiddleware",
     "chat.middleware.AdminCsrfViewMiddleware",
@@ -117,8 +126,17 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# The admin's and the API docs' files, collected into STATIC_ROOT (`manage.py serve` and `demo`
+# run collectstatic when they start; a deployment runs it once per release) and served by
+# WhiteNoise whatever DEBUG says. Not compressed or hashed: collecting then only copies what
+# changed, and a page never names a file that a missing manifest would turn into an error.
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)  # empty until collected: WhiteNoise then serves nothing, quietly
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
 
 # Threads per web process running sync views (each keeps its database connection).
 WEB_SYNC_THREADS = env_int("WEB_SYNC_THREADS", 8)
@@ -260,6 +278,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_AUTHENTICATION": [],
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    # the docs page loads its scripts and styles from STATIC_ROOT (drf-spectacular-sidecar)
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "core.api.document_errors"],
 }

@@ -4,6 +4,11 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from core.startup import StartupError
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-application = get_wsgi_application()
+try:
+    application = get_wsgi_application()
+except StartupError as exc:  # a wrong setting is its one line, in every worker of the server
+    raise SystemExit(f"error: {exc}") from None

@@ -12,10 +12,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["StartupError", "database_check", "database_settings", "prepare", "safe_url", "schema_ensure"]
+__all__ = [
+    "StartupError",
+    "database_check",
+    "database_settings",
+    "prepare",
+    "report_startup_errors",
+    "safe_url",
+    "schema_ensure",
+    "static_ensure",
+]
 
 
 class StartupError(Exception):
@@ -49,6 +59,8 @@ NO_DATABASE = frozenset(
         "testserver",
     }
 )
+#: commands that start the web server: the static files it serves are collected first
+SERVES = frozenset({"serve", "demo"})
 #: commands that look at the migrations or the schema themselves: never migrated for
 OWN_SCHEMA = frozenset({"migrate", "showmigrations", "sqlmigrate", "inspectdb", "dbshell"})
 
@@ -131,6 +143,38 @@ def schema_ensure() -> int:
     return pending
 
 
+def static_ensure() -> None:
+    """Collect the static files (the admin's, the API docs') into ``STATIC_ROOT``, where the web
+    server's WhiteNoise finds them; only files that changed are copied again."""
+    from django.conf import settings
+    from django.core.management import call_command
+
+    try:
+        call_command("collectstatic", interactive=False, verbosity=0)
+    except OSError as exc:
+        raise StartupError(
+            f"cannot collect the static files into {settings.STATIC_ROOT}: {exc.strerror or exc}"
+        ) from None
+
+
+def report_startup_errors() -> None:
+    """In a process that ``manage.py`` does not start (uvicorn, a Celery worker): a
+    :class:`StartupError` that ends it is printed as its one line, ``error: …``, not as a
+    traceback. Other exceptions reach the previous hook unchanged."""
+    previous = sys.excepthook
+    if getattr(previous, "reports_startup_errors", False):
+        return
+
+    def hook(kind: type[BaseException], exc: BaseException, traceback: TracebackType | None) -> None:
+        if isinstance(exc, StartupError):
+            sys.stderr.write(f"error: {exc}\n")
+        else:
+            previous(kind, exc, traceback)
+
+    hook.reports_startup_errors = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+
+
 def prepare(args: Sequence[str]) -> None:
     """Before ``manage.py`` runs a command (``args`` without the program): the settings load,
     the database answers and, for a command that uses the tables, its schema is up to date."""
@@ -143,3 +187,5 @@ def prepare(args: Sequence[str]) -> None:
     database_check()
     if command not in OWN_SCHEMA and (applied := schema_ensure()):
         sys.stderr.write(f"applied {applied} pending database migration{'s' * (applied != 1)}\n")
+    if command in SERVES:
+        static_ensure()

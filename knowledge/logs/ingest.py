@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from django.db import IntegrityError, OperationalError, connection, transaction
-from tqdm import tqdm  # type: ignore[import-untyped]
 
+from core.progress import ProgressBar
 from harness.logs import LEVEL_RANK
 from knowledge.logs.identity import Occurrences, entry_key
 from knowledge.logs.parsing import LineError, Readable, open_log, parse_stream
@@ -143,7 +143,9 @@ def ingest(
         total = path.stat().st_size if path.suffix != ".gz" else None
         with (
             open_log(path) as stream,
-            tqdm(total=total, unit="B", unit_scale=True, desc=path.name, disable=not progress, leave=False) as bar,
+            ProgressBar(
+                total=total, unit="B", unit_scale=True, desc=path.name, disable=not progress, leave=False
+            ) as bar,
         ):
             reader = _ProgressReader(stream, bar, _file_hash(default_service))
             for item in parse_stream(reader, default_service=default_service, now=now, source=str(path)):

@@ -28,15 +28,14 @@ class Command(BaseCommand):
             port=options["port"],
             web_workers=options["web_workers"],
             worker_concurrency=options["worker_concurrency"],
+            # the children's output (Celery's banners, warnings, the server's errors) goes to
+            # their log files; the terminal gets the banner and what the supervisor has to say
             log_dir=settings.VAR_DIR / "logs",
-            quiet=False,
         )
         stack.ensure_redis()  # before anything starts: a Redis that cannot be had is one line, nothing to stop
         try:
             stack.start()
-            self.stdout.write(
-                f"SuperBizAgent is up on {stack.base_url} (API under /api/, docs at /api/docs, admin at /admin/). Ctrl-C stops it."
-            )
+            self.stdout.write(stack.banner())
             # A child that dies (a worker killed, the server crashed) is started again; the
             # runs it held are ended or re-published by the workers' sweeps (chat.upkeep).
             stack.supervise(stop, report=self.stderr.write)

@@ -8,9 +8,9 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from tqdm import tqdm  # type: ignore[import-untyped]
 
 from core.errors import ApplicationError
+from core.progress import ProgressBar
 from knowledge import services
 from knowledge.embeddings import EmbeddingUnavailable
 from knowledge.extract import TYPES
@@ -54,7 +54,7 @@ class Command(BaseCommand):
         outcomes: Counter[str] = Counter()
         problems: list[str] = []
         limit = int(settings.KNOWLEDGE["MAX_UPLOAD_BYTES"])
-        for path in tqdm(files, desc="documents", unit="file", disable=options["quiet"], leave=False):
+        for path in ProgressBar(files, desc="documents", unit="file", disable=options["quiet"], leave=False):
             if path.stat().st_size > limit:
                 outcomes["failed"] += 1
                 problems.append(f"{path}: larger than {limit} bytes")
