@@ -61,6 +61,9 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def site(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    from django.core.management import call_command
+
+    call_command("collectstatic", interactive=False, verbosity=0)  # as `serve` does before it starts
     with running_stack(
         django_db_blocker, tmp_path_factory, env={"EVIDENCE_LATENCY_S": "0.05"}, worker_concurrency=1
     ) as stack:
@@ -100,7 +103,7 @@ def ask(page: Any, question: str) -> Any:
 def as_shown(status: dict[str, Any]) -> str:
     """A status event as the page lists it: its stage, then its details."""
     detail = " · ".join(str(v) for v in status.get("detail", {}).values())
-    return status["stage"].replace("_", " ") + (f" {detail}" if detail else "")
+    return str(status["stage"]).replace("_", " ") + (f" {detail}" if detail else "")
 
 
 def shot(page: Any, name: str) -> None:
