@@ -364,6 +364,14 @@ EMBEDDINGS = {
     "THREADS": COMPUTE_THREADS,
 }
 
+# Log ingestion (manage.py ingest_logs): a file whose content (a .gz decompressed, never further
+# than this) is larger than LOG_MAX_DECOMPRESSED_BYTES, or has more than LOG_MAX_LINES lines, is
+# refused whole and nothing of it stored; a line longer than LOG_MAX_LINE_BYTES is one
+# unparsable line, and the lines after it are read.
+LOG_MAX_DECOMPRESSED_BYTES = env_int("LOG_MAX_DECOMPRESSED_BYTES", 256 * 1024 * 1024)
+LOG_MAX_LINES = env_int("LOG_MAX_LINES", 5_000_000)
+LOG_MAX_LINE_BYTES = env_int("LOG_MAX_LINE_BYTES", 256 * 1024)
+
 # The business datasource behind the agent's query_mysql tool: sqlite:///path/to/file.sqlite3
 # or mysql://user:password@host:3306/database ("none": no query_mysql tool). Statements are
 # checked (knowledge/sql_guard.py) and run read-only; give it a database user that can only

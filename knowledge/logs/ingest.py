@@ -6,19 +6,29 @@ reports what it read, stored, found already stored and could not parse (:func:`f
 Ingesting is safe to repeat: every row carries its digest (:mod:`knowledge.logs.identity`), and a
 line whose digest is stored is not stored again, so a retried, interrupted or repeated ingest,
 an appended file or a renamed copy adds only the lines that are new. A file whose exact content
-was ingested before is not even read (:class:`~knowledge.models.LogFile`).
+was ingested before is not parsed again (:class:`~knowledge.models.LogFile`).
+
+Ingesting is bounded (:class:`IngestLimits`): a file is read once without parsing, and refused
+whole (:class:`RefusedFile`) when its content — a ``.gz`` decompressed, never further than the
+limit — is too large or has too many lines, so a small compressed file cannot make an ingest
+read gigabytes.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
-from collections.abc import Iterable
-from dataclasses import dataclass
+import zlib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db.models import Max
 
 from core.progress import ProgressBar
 from harness.logs import LEVEL_RANK
@@ -26,7 +36,7 @@ from knowledge.logs.identity import Occurrences, entry_key
 from knowledge.logs.parsing import LineError, Readable, open_log, parse_stream
 from knowledge.models import LogEntry, LogFile
 
-__all__ = ["LOG_SUFFIXES", "IngestReport", "format_report", "ingest", "log_files"]
+__all__ = ["LOG_SUFFIXES", "IngestLimits", "IngestReport", "RefusedFile", "format_report", "ingest", "log_files"]
 
 _SOURCE_CHARS = LogEntry._meta.get_field("source").max_length or 200
 
@@ -37,7 +47,7 @@ class IngestReport:
     ``stored + already + failed + continuation``."""
 
     read: int
-    #: entries stored by this ingest
+    #: entries stored by this ingest (none of a refused file)
     stored: int
     failed: int
     #: the first unparsable lines (at most 20)
@@ -47,10 +57,12 @@ class IngestReport:
     files: tuple[str, ...] = ()
     #: entries read that were stored before (by an earlier ingest of these or other files)
     already: int = 0
-    #: files not read at all: their content was ingested before and is still stored
+    #: files not parsed: their content was ingested before and is still stored
     unchanged: tuple[str, ...] = ()
     #: the entries of the unchanged files
     unchanged_entries: int = 0
+    #: files beyond the limits or unreadable, of which nothing is stored (not counted above)
+    refused: tuple[RefusedFile, ...] = ()
 
     @property
     def entries(self) -> int:
@@ -68,24 +80,6 @@ _MYSQL_DEADLOCK = 1213
 _STORE_ATTEMPTS = 5
 
 
-class _ProgressReader:
-    """A binary stream whose ``readline`` counts and hashes the bytes read and advances a
-    progress bar."""
-
-    def __init__(self, stream: Readable, bar: Any, sha256: Any) -> None:
-        self._stream = stream
-        self._bar = bar
-        self.bytes_read = 0
-        self.sha256 = sha256
-
-    def readline(self, limit: int = -1, /) -> bytes:
-        data = self._stream.readline(limit)
-        self.bytes_read += len(data)
-        self.sha256.update(data)
-        self._bar.update(len(data))
-        return data
-
-
 LOG_SUFFIXES = (".jsonl", ".json", ".log", ".txt", ".gz")
 
 
@@ -100,6 +94,158 @@ def log_files(paths: Iterable[Path | str]) -> list[Path]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class IngestLimits:
+    """How much of one log file an ingest reads. A file beyond ``max_bytes`` (its content, after
+    decompression) or ``max_lines`` is refused whole; a line beyond ``max_line_bytes`` is one
+    unparsable line, and the lines after it are read.
+
+    :meth:`from_settings` reads ``LOG_MAX_DECOMPRESSED_BYTES``, ``LOG_MAX_LINES`` and
+    ``LOG_MAX_LINE_BYTES``. Raises :class:`ValueError` (naming the setting) for a bound below 1.
+    """
+
+    max_bytes: int
+    max_lines: int
+    max_line_bytes: int
+
+    def __post_init__(self) -> None:
+        for name, value in (
+            ("LOG_MAX_DECOMPRESSED_BYTES", self.max_bytes),
+            ("LOG_MAX_LINES", self.max_lines),
+            ("LOG_MAX_LINE_BYTES", self.max_line_bytes),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, not {value!r}")
+
+    @classmethod
+    def from_settings(cls) -> IngestLimits:
+        return cls(settings.LOG_MAX_DECOMPRESSED_BYTES, settings.LOG_MAX_LINES, settings.LOG_MAX_LINE_BYTES)
+
+    def check(self, size: int, lines: int) -> None:
+        """Raise :class:`_Refused` once ``size`` bytes or ``lines`` lines are beyond the limits."""
+        if size > self.max_bytes:
+            raise _Refused(
+                "log_too_large", f"its content is larger than {self.max_bytes:,} bytes (LOG_MAX_DECOMPRESSED_BYTES)"
+            )
+        if lines > self.max_lines:
+            raise _Refused("log_too_many_lines", f"it has more than {self.max_lines:,} lines (LOG_MAX_LINES)")
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedFile:
+    """A file an ingest refused: nothing of it is stored, and it is not recorded as ingested, so
+    it is read again next time (with larger limits, say)."""
+
+    path: str
+    #: ``log_too_large``, ``log_too_many_lines`` or ``log_unreadable``
+    code: str
+    reason: str
+
+
+class _Refused(Exception):
+    """Raised while a file is read: the file is refused, for ``reason``."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(code, reason)
+        self.code, self.reason = code, reason
+
+
+#: what reading a damaged, truncated or unreadable file raises (gzip.BadGzipFile is an OSError)
+_READ_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def _unreadable(exc: BaseException) -> _Refused:
+    if isinstance(exc, gzip.BadGzipFile):
+        reason = "it is not valid gzip data"
+    elif isinstance(exc, EOFError):
+        reason = "its compressed data ends before the end of the stream (truncated)"
+    elif isinstance(exc, zlib.error):
+        reason = "its compressed data is corrupt"
+    else:
+        reason = f"it cannot be read ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+    return _Refused("log_unreadable", reason)
+
+
+@contextmanager
+def _reading() -> Iterator[None]:
+    """Errors of the file being read (not of the database) as the file's refusal."""
+    try:
+        yield
+    except _READ_ERRORS as exc:
+        raise _unreadable(exc) from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Survey:
+    """What the counting pass found: the content's digest (as :class:`LogFile` records it) and size."""
+
+    sha256: str
+    size: int
+
+
+#: the counting pass reads this much at a time
+_SURVEY_CHUNK = 1 << 20
+
+
+def _survey(path: Path, default_service: str, limits: IngestLimits) -> _Survey:
+    """Read the file once, without parsing, and stop as soon as it is beyond the limits (raising
+    :class:`_Refused`): a compressed file is never decompressed further than ``max_bytes``."""
+    sha = _file_hash(default_service)
+    size = newlines = 0
+    ends_line = True
+    with _reading(), open_log(path) as stream:
+        while chunk := stream.read(min(_SURVEY_CHUNK, limits.max_bytes + 1 - size)):
+            size += len(chunk)
+            newlines += chunk.count(b"\n")
+            limits.check(size, newlines)
+            sha.update(chunk)
+            ends_line = chunk.endswith(b"\n")
+    limits.check(size, newlines + (not ends_line))  # a last line without its newline counts too
+    return _Survey(sha.hexdigest(), size)
+
+
+class _BoundedReader:
+    """A binary stream whose ``readline`` counts and hashes what it reads, advances a progress
+    bar, and refuses the file (:class:`_Refused`) once it reads past the limits, which it never
+    reads more than one byte beyond: a file that grew since its survey stops there too."""
+
+    def __init__(self, stream: Readable, bar: Any, sha256: Any, limits: IngestLimits) -> None:
+        self._stream = stream
+        self._bar = bar
+        self._limits = limits
+        self._line_start = True
+        self.bytes_read = 0
+        self.lines = 0
+        self.sha256 = sha256
+
+    def readline(self, limit: int = -1, /) -> bytes:
+        room = self._limits.max_bytes + 1 - self.bytes_read
+        try:
+            data = self._stream.readline(room if limit < 0 else min(limit, room))
+        except _READ_ERRORS as exc:
+            raise _unreadable(exc) from None
+        if data:
+            self.bytes_read += len(data)
+            self.lines += self._line_start
+            self._line_start = data.endswith(b"\n")
+            self._limits.check(self.bytes_read, self.lines)
+            self.sha256.update(data)
+            self._bar.update(len(data))
+        return data
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What reading one file found (added to the report only if the file was not refused)."""
+
+    read: int = 0
+    stored: int = 0
+    already: int = 0
+    failed: int = 0
+    continuation: int = 0
+    errors: list[LineError] = field(default_factory=list)
+
+
 def ingest(
     paths: Iterable[str | Path],
     *,
@@ -107,6 +253,7 @@ def ingest(
     batch: int = 2000,
     progress: bool = True,
     replace_existing: bool = False,
+    limits: IngestLimits | None = None,
 ) -> IngestReport:
     """Parse the files and store their new entries as :class:`~knowledge.models.LogEntry` rows.
 
@@ -117,70 +264,127 @@ def ingest(
     deletes the rows an earlier ingest stored from the same file and reads it whatever it holds:
     the store then mirrors a file that was edited or truncated rather than appended to. Raises
     :class:`FileNotFoundError` before writing anything if a path is not a file.
+
+    Each file is first read once without parsing, as far as ``limits`` (default: the settings,
+    :meth:`IngestLimits.from_settings`) allow: a file beyond them, or one that cannot be read
+    (a corrupt or truncated ``.gz``), is refused (``refused``) before anything of it is stored,
+    and the other files are ingested. The limits hold while it is parsed too: if it grew past
+    them since, the rows it stored are deleted again and it is refused all the same (with
+    ``replace_existing`` what it stored before is then gone as well). A refused file is not
+    recorded as ingested, so a later ingest reads it again.
     """
     files = [Path(p) for p in paths]
     for path in files:
         if not path.is_file():
             raise FileNotFoundError(f"not a file: {path}")
+    limits = limits or IngestLimits.from_settings()
     batch = max(1, batch)
-    read = stored = already = failed = continuation = unchanged_entries = 0
-    errors: list[LineError] = []
+    total = _Tally()
+    unchanged_entries = 0
     unchanged: list[str] = []
+    refused: list[RefusedFile] = []
     now = datetime.now(UTC)
     for path in files:
         source = _source(path)
+        try:
+            survey = _survey(path, default_service, limits)
+        except _Refused as refusal:
+            refused.append(RefusedFile(str(path), refusal.code, refusal.reason))
+            continue
         if replace_existing:
             LogEntry.objects.filter(source=source).delete()
-        elif (known := _ingested_before(path, default_service)) is not None:
+        elif (known := _ingested_before(survey.sha256)) is not None:
             unchanged.append(str(path))
             unchanged_entries += known.entries
             continue
-        rows: list[_Row] = []
-        written_at = 0
-        occurrences = Occurrences()
-        entries = 0
-        first = last = ""
-        total = path.stat().st_size if path.suffix != ".gz" else None
-        with (
-            open_log(path) as stream,
-            ProgressBar(
-                total=total, unit="B", unit_scale=True, desc=path.name, disable=not progress, leave=False
-            ) as bar,
-        ):
-            reader = _ProgressReader(stream, bar, _file_hash(default_service))
-            for item in parse_stream(reader, default_service=default_service, now=now, source=str(path)):
-                if isinstance(item, LineError):
-                    read += 1
-                    failed += 1
-                    if len(errors) < MAX_REPORTED_ERRORS:
-                        errors.append(item)
-                    continue
-                read += 1 + item.continued
-                continuation += item.continued
-                level, attributes = LEVEL_RANK[item.level], dict(item.attributes)
-                digest = occurrences.digest(entry_key(item.ts, item.service, level, item.message, attributes))
-                rows.append((item.ts, item.service, level, item.message, attributes, source, digest))
-                entries += 1
-                first, last = first or digest, digest
-                if len(rows) >= batch or reader.bytes_read - written_at >= _MAX_BATCH_BYTES:
-                    new, old = _store(rows)
-                    stored, already = stored + new, already + old
-                    rows, written_at = [], reader.bytes_read
-        new, old = _store(rows)
-        stored, already = stored + new, already + old
-        if entries:
-            _remember(reader.sha256.hexdigest(), source=source, entries=entries, first=first, last=last)
+        # Every row this ingest of the file inserts gets a larger key than any row already there.
+        floor = LogEntry.objects.aggregate(last=Max("pk"))["last"] or 0
+        try:
+            tally = _ingest_file(
+                path,
+                source=source,
+                default_service=default_service,
+                now=now,
+                batch=batch,
+                progress=progress,
+                limits=limits,
+                size=survey.size,
+            )
+        except _Refused as refusal:
+            LogEntry.objects.filter(source=source, pk__gt=floor).delete()
+            refused.append(RefusedFile(str(path), refusal.code, refusal.reason))
+            continue
+        total.read += tally.read
+        total.stored += tally.stored
+        total.already += tally.already
+        total.failed += tally.failed
+        total.continuation += tally.continuation
+        total.errors.extend(tally.errors[: MAX_REPORTED_ERRORS - len(total.errors)])
     return IngestReport(
-        read,
-        stored,
-        failed,
-        tuple(errors),
-        continuation,
+        total.read,
+        total.stored,
+        total.failed,
+        tuple(total.errors),
+        total.continuation,
         tuple(str(p) for p in files),
-        already,
+        total.already,
         tuple(unchanged),
         unchanged_entries,
+        tuple(refused),
     )
+
+
+def _ingest_file(
+    path: Path,
+    *,
+    source: str,
+    default_service: str,
+    now: datetime,
+    batch: int,
+    progress: bool,
+    limits: IngestLimits,
+    size: int,
+) -> _Tally:
+    """Parse one file and store its new entries; raises :class:`_Refused` past the limits."""
+    tally = _Tally()
+    rows: list[_Row] = []
+    written_at = 0
+    occurrences = Occurrences()
+    entries = 0
+    first = last = ""
+    with _reading():  # only the reading: a database error is no reason to refuse the file
+        opened = open_log(path)
+    with (
+        opened as stream,
+        ProgressBar(total=size, unit="B", unit_scale=True, desc=path.name, disable=not progress, leave=False) as bar,
+    ):
+        reader = _BoundedReader(stream, bar, _file_hash(default_service), limits)
+        items = parse_stream(
+            reader, default_service=default_service, now=now, source=str(path), max_line_bytes=limits.max_line_bytes
+        )
+        for item in items:
+            if isinstance(item, LineError):
+                tally.read += 1
+                tally.failed += 1
+                if len(tally.errors) < MAX_REPORTED_ERRORS:
+                    tally.errors.append(item)
+                continue
+            tally.read += 1 + item.continued
+            tally.continuation += item.continued
+            level, attributes = LEVEL_RANK[item.level], dict(item.attributes)
+            digest = occurrences.digest(entry_key(item.ts, item.service, level, item.message, attributes))
+            rows.append((item.ts, item.service, level, item.message, attributes, source, digest))
+            entries += 1
+            first, last = first or digest, digest
+            if len(rows) >= batch or reader.bytes_read - written_at >= _MAX_BATCH_BYTES:
+                new, old = _store(rows)
+                tally.stored, tally.already = tally.stored + new, tally.already + old
+                rows, written_at = [], reader.bytes_read
+    new, old = _store(rows)
+    tally.stored, tally.already = tally.stored + new, tally.already + old
+    if entries:
+        _remember(reader.sha256.hexdigest(), source=source, entries=entries, first=first, last=last)
+    return tally
 
 
 #: a LogEntry row as inserted: the values of ``_COLUMNS``
@@ -263,15 +467,9 @@ def _file_hash(default_service: str) -> Any:
     return hashlib.sha256(default_service.encode() + b"\0")
 
 
-def _ingested_before(path: Path, default_service: str) -> LogFile | None:
+def _ingested_before(sha256: str) -> LogFile | None:
     """The record of an earlier ingest of exactly this content, if its lines are still stored."""
-    if not LogFile.objects.exists():
-        return None
-    sha = _file_hash(default_service)
-    with open_log(path) as stream:
-        while chunk := stream.read(1 << 20):
-            sha.update(chunk)
-    known = LogFile.objects.filter(sha256=sha.hexdigest()).first()
+    known = LogFile.objects.filter(sha256=sha256).first()
     if known is None:
         return None
     ends = {known.first_digest, known.last_digest}
@@ -298,10 +496,11 @@ def _source(path: Path) -> str:
 
 
 def format_report(report: IngestReport) -> str:
-    """The report as the ``ingest_logs`` command prints it, with the first unparsable lines."""
+    """The report as the ``ingest_logs`` command prints it, with the first unparsable lines and
+    one line per refused file."""
     lines = []
-    files = len(report.files) - len(report.unchanged)
-    if files or not report.unchanged:
+    files = len(report.files) - len(report.unchanged) - len(report.refused)
+    if files or not (report.unchanged or report.refused):
         parts = [f"{report.stored:,} stored"]
         if report.already:
             parts.append(f"{report.already:,} already ingested")
@@ -322,6 +521,8 @@ def format_report(report: IngestReport) -> str:
         )
     elif report.already:
         lines.append("Lines already ingested are not stored twice (--replace first deletes what a file stored before).")
+    for refused in report.refused:
+        lines.append(f"{refused.path}: refused ({refused.code}): {refused.reason}; nothing of it was stored.")
     if report.errors:
         shown = len(report.errors)
         heading = f"first {shown} of {report.failed:,}" if shown < report.failed else f"{shown}"

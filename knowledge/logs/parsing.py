@@ -44,7 +44,8 @@ __all__ = [
 #: The service of a line that names none, when the caller gives no default.
 UNKNOWN_SERVICE = "unknown"
 
-#: Lines longer than this (in bytes in a file, characters for :func:`parse_line`) are refused.
+#: Lines longer than this (in bytes in a file, characters for :func:`parse_line`) are refused,
+#: unless the reader of a file sets its own bound (``manage.py ingest_logs``: ``LOG_MAX_LINE_BYTES``).
 MAX_LINE_BYTES = 256 * 1024
 #: Longer messages are cut to this many characters (the original length is kept in attributes).
 MAX_MESSAGE_CHARS = 16 * 1024
@@ -137,11 +138,13 @@ def parse_file(
         yield from parse_stream(stream, default_service=default_service, now=now, source=str(path))
 
 
-def _parse(text: str, *, default_service: str, now: datetime | None) -> ParsedLine | str:
+def _parse(
+    text: str, *, default_service: str, now: datetime | None, max_chars: int = MAX_LINE_BYTES
+) -> ParsedLine | str:
     """A parsed line, or the reason it could not be parsed."""
     try:
-        if len(text) > MAX_LINE_BYTES:
-            return f"line is longer than {MAX_LINE_BYTES} characters"
+        if len(text) > max_chars:
+            return f"line is longer than {max_chars} characters"
         line = text.strip().lstrip("\ufeff")
         if not line:
             return "blank line"
@@ -511,12 +514,13 @@ class Readable(Protocol):
     def readline(self, limit: int = -1, /) -> bytes: ...
 
 
-def _raw_lines(stream: Readable) -> Iterator[tuple[int, bytes | None]]:
-    """(line number, bytes without the line ending), or ``None`` for a line too long to read."""
+def _raw_lines(stream: Readable, max_line_bytes: int) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes without the line ending), or ``None`` for a line too long to read
+    (the rest of which is skipped, never held in memory)."""
     number = 0
-    while raw := stream.readline(MAX_LINE_BYTES + 1):
+    while raw := stream.readline(max_line_bytes + 1):
         number += 1
-        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+        if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
             while (more := stream.readline(1 << 16)) and not more.endswith(b"\n"):
                 pass
             yield number, None
@@ -525,10 +529,16 @@ def _raw_lines(stream: Readable) -> Iterator[tuple[int, bytes | None]]:
 
 
 def parse_stream(
-    stream: Readable, *, default_service: str, now: datetime | None, source: str = ""
+    stream: Readable,
+    *,
+    default_service: str,
+    now: datetime | None,
+    source: str = "",
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[ParsedLine | LineError]:
     """:func:`parse_file` over an open stream (``source`` names it in the errors), for callers
-    that read the file themselves, such as an ingest that shows its progress."""
+    that read the file themselves, such as an ingest that shows its progress. A line longer
+    than ``max_line_bytes`` is a :class:`LineError` and reading goes on after it."""
     now = now or datetime.now(UTC)
     pending: ParsedLine | None = None
     folded: list[str] = []
@@ -539,10 +549,10 @@ def parse_stream(
         text = "\n".join(folded)[:MAX_MESSAGE_CHARS]
         return replace(pending, attributes={**pending.attributes, "continuation": text}, continued=len(folded))
 
-    for number, raw in _raw_lines(stream):
+    for number, raw in _raw_lines(stream, max_line_bytes):
         result: ParsedLine | str
         if raw is None:
-            text, result = "", f"line is longer than {MAX_LINE_BYTES} bytes"
+            text, result = "", f"line is longer than {max_line_bytes} bytes"
         else:
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
@@ -552,7 +562,7 @@ def parse_stream(
             if pending is not None and _CONTINUATION.match(text) and not _looks_binary(text):
                 folded.append(text.rstrip())
                 continue
-            parsed = _parse(text, default_service=default_service, now=now)
+            parsed = _parse(text, default_service=default_service, now=now, max_chars=max_line_bytes)
             result = parsed
             if isinstance(parsed, ParsedLine):
                 result = ParsedLine(parsed.ts, parsed.service, parsed.level, parsed.message, parsed.attributes, number)
