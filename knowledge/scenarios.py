@@ -212,6 +212,7 @@ def load_evidence(scenario: Scenario, *, embedder: Embedder | None, sql_path: Pa
         report = ingest(log_files(scenario.logs), default_service=UNKNOWN_SERVICE, progress=False)
         if report.read and not report.entries:
             problems.append("no log line could be parsed")
+        problems.extend(f"{Path(r.path).name}: refused ({r.code}): {r.reason}" for r in report.refused)
     if scenario.runbooks is not None:
         load_runbooks(scenario.runbooks)
     if scenario.tables:

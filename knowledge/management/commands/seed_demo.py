@@ -43,6 +43,9 @@ class Command(BaseCommand):
         problems = load_documents(docs, embedder=embedder())
         logs = log_files(p for incident in incidents if (p := incident / "logs").is_dir())
         report = ingest(logs, default_service=UNKNOWN_SERVICE, progress=not options["quiet"], replace_existing=True)
+        if report.refused:
+            refused = report.refused[0]
+            raise CommandError(f"{refused.path}: refused ({refused.code}): {refused.reason}")
         try:
             tables = merge(
                 [t for incident in incidents if (f := incident / "tables.yaml").is_file() for t in read_tables(f)]
