@@ -24,12 +24,22 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 def env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
-    return int(value) if value and value.strip() else default
+    if not value or not value.strip():
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise StartupError(f"{name} must be a whole number, not {value.strip()[:40]!r}") from None
 
 
 def env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
-    return float(value) if value and value.strip() else default
+    if not value or not value.strip():
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise StartupError(f"{name} must be a number, not {value.strip()[:40]!r}") from None
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

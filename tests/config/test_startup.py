@@ -123,3 +123,12 @@ def test_the_settings_of_a_good_url_are_django_s() -> None:
     assert config["PASSWORD"] == "p@ss" and config["CONN_MAX_AGE"] == 5
     with pytest.raises(StartupError, match="malformed"):
         database_settings("mysql:/db.internal/shop")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "kind"), [("LOG_MAX_LINES", "abc", "a whole number"), ("RUN_SWEEP_S", "5s", "a number")]
+)
+def test_a_setting_that_is_not_a_number_is_one_line(tmp_path: Path, name: str, value: str, kind: str) -> None:
+    line = only_line(manage("migrate", var_dir=tmp_path, **{name: value}))
+
+    assert line == f"error: {name} must be {kind}, not {value!r}"
