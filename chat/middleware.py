@@ -20,6 +20,7 @@ saved from a middleware that has no work to do is time the service gets back.
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -29,7 +30,7 @@ from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
 from django.middleware.csrf import CsrfViewMiddleware
@@ -44,13 +45,27 @@ API_PREFIX = "/api/"
 UPLOAD_PATHS = frozenset({"/api/documents"})
 
 
+def body_limit(path: str, method: str) -> int | None:
+    """The most bytes an API write may send (None: not an API write)."""
+    if not path.startswith(API_PREFIX) or method not in ("POST", "PUT", "PATCH"):
+        return None
+    limit = int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    if path in UPLOAD_PATHS:
+        limit += int(settings.KNOWLEDGE["MAX_UPLOAD_BYTES"])
+    return limit
+
+
+def too_large(limit: int) -> tuple[int, bytes]:
+    """The 413 answer to a body over ``limit``: status and JSON body."""
+    error = PayloadTooLarge(f"The request body is larger than {limit} bytes.")
+    return STATUS_OF[error.kind], json.dumps(envelope(error.code, error.message)).encode()
+
+
 def _too_big(request: HttpRequest) -> HttpResponse | None:
-    if not request.path.startswith(API_PREFIX) or request.method not in ("POST", "PUT", "PATCH"):
+    limit = body_limit(request.path, request.method or "")
+    if limit is None:
         return None
     upload = request.path in UPLOAD_PATHS
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    if upload:
-        limit += int(settings.KNOWLEDGE["MAX_UPLOAD_BYTES"])
     try:
         too_big = int(request.META.get("CONTENT_LENGTH") or "0") > limit
     except ValueError:
@@ -64,8 +79,8 @@ def _too_big(request: HttpRequest) -> HttpResponse | None:
             too_big = True
     if not too_big:
         return None
-    error = PayloadTooLarge(f"The request body is larger than {limit} bytes.")
-    return JsonResponse(envelope(error.code, error.message), status=STATUS_OF[error.kind])
+    status, body = too_large(limit)
+    return HttpResponse(body, status=status, content_type="application/json")
 
 
 class BodySizeLimitMiddleware:

@@ -31,6 +31,7 @@ except StartupError as exc:  # also in a worker process of the server, which pri
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 
+from chat.middleware import body_limit, too_large
 from chat.sse import serve_stream
 from config.gc import freeze_startup_objects
 
@@ -61,12 +62,58 @@ class PooledThreadsASGIHandler(ASGIHandler):
             self._free = asyncio.Queue()
             for executor in self._executors:
                 self._free.put_nowait(executor)
+        receive = await _bounded_body(scope, receive, send)
+        if receive is None:
+            return
         executor = await self._free.get()
         try:
             async with ThreadSensitiveContext(executor=executor):
                 await self.handle(scope, receive, send)
         finally:
             self._free.put_nowait(executor)
+
+
+async def _bounded_body(scope: dict[str, Any], receive: Any, send: Any) -> Any:
+    """An API write's body, read here up to its limit before Django sees any of it (Django's
+    handler would spool the whole body, however large, to a file first): a ``receive`` that
+    replays it, or None once a 413 was sent — for a declared size at once, for a chunked body as
+    soon as it passes the limit, without reading the rest."""
+    limit = body_limit(scope.get("path", ""), scope.get("method", ""))
+    if limit is None:
+        return receive
+    declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), None)
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        await _answer_too_large(send, limit)
+        return None
+    messages: list[dict[str, Any]] = []
+    size = 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if size > limit:
+            await _answer_too_large(send, limit)
+            return None
+        if not message.get("more_body"):
+            break
+
+    async def replay() -> Any:
+        return messages.pop(0) if messages else await receive()
+
+    return replay
+
+
+async def _answer_too_large(send: Any, limit: int) -> None:
+    status, body = too_large(limit)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 application = PooledThreadsASGIHandler(threads=settings.WEB_SYNC_THREADS)
