@@ -321,7 +321,13 @@ KNOWLEDGE: dict[str, Any] = {
     "MILVUS_TOKEN": env_str("MILVUS_TOKEN", ""),
     "MILVUS_COLLECTION": env_str("MILVUS_COLLECTION", "superbizagent_chunks"),
     "MILVUS_TIMEOUT_S": env_float("MILVUS_TIMEOUT_S", 10.0),
+    # Extracting and chunking one document runs in a child process killed at this deadline and
+    # confined to this much memory (knowledge/isolation.py); past either, the document fails.
+    "EXTRACT_TIMEOUT_S": env_float("KNOWLEDGE_EXTRACT_TIMEOUT_S", 60.0),
+    "EXTRACT_MAX_MEMORY_MB": env_int("KNOWLEDGE_EXTRACT_MAX_MEMORY_MB", 1024),
 }
+if not KNOWLEDGE["EXTRACT_TIMEOUT_S"] > 0 or KNOWLEDGE["EXTRACT_MAX_MEMORY_MB"] < 128:
+    raise StartupError("KNOWLEDGE_EXTRACT_TIMEOUT_S must be above 0 and KNOWLEDGE_EXTRACT_MAX_MEMORY_MB at least 128")
 # Threads one process may use for numeric work (numpy's BLAS, the onnxruntime embedding model
 # and dense scan); 0 means one per core, which only contends when several service processes
 # share the cores.
