@@ -144,7 +144,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "runs"
 # Webhook attempts wait on other servers: their own queue, served by a thread-pool worker, so a
 # slow receiver never holds up a run.
-CELERY_TASK_ROUTES = {"chat.deliver_webhook": {"queue": "webhooks"}}
+# Indexing a document parses a stranger's file for up to KNOWLEDGE_EXTRACT_TIMEOUT_S: its own
+# queue and worker too, so uploads never hold up a run.
+CELERY_TASK_ROUTES = {
+    "chat.deliver_webhook": {"queue": "webhooks"},
+    "knowledge.index_document": {"queue": "knowledge"},
+}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_DISABLE_RATE_LIMITS = True  # no task is rate limited: skip the per-task token bucket
 # Celery's Django fixup closes every database connection before and after each task unless this

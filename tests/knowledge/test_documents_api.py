@@ -57,7 +57,7 @@ def search(caller: Caller, query: str, **extra: Any) -> Any:
 def queued(redis: Any) -> list[tuple[str, list[Any]]]:
     """The (task name, args) of every message waiting in the Celery queue, oldest first."""
     out = []
-    for raw in reversed(redis.lrange("runs", 0, -1)):
+    for raw in reversed(redis.lrange("knowledge", 0, -1)):
         message = json.loads(raw)
         args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
         out.append((message["headers"]["task"], args))
@@ -67,7 +67,7 @@ def queued(redis: Any) -> list[tuple[str, list[Any]]]:
 def work_off_queue(redis: Any) -> int:
     """What a worker does: take each queued message, oldest first, and run its task."""
     done = 0
-    while (raw := redis.rpop("runs")) is not None:
+    while (raw := redis.rpop("knowledge")) is not None:
         message = json.loads(raw)
         assert message["headers"]["task"] == "knowledge.index_document"
         args, kwargs, _embed = json.loads(base64.b64decode(message["body"]))

@@ -66,7 +66,7 @@ def ingest(*args: str | Path) -> str:
 def queued(redis: Any) -> list[list[Any]]:
     """The args of every indexing message waiting in the Celery queue, oldest first."""
     out = []
-    for raw in reversed(redis.lrange("runs", 0, -1)):
+    for raw in reversed(redis.lrange("knowledge", 0, -1)):
         message = json.loads(raw)
         assert message["headers"]["task"] == "knowledge.index_document"
         args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
@@ -408,7 +408,7 @@ def test_queue_leaves_indexing_to_the_workers(service: Any, docs: Path, monkeypa
 
 def test_still_pending_documents_are_indexed_by_a_run_without_queue(service: Any, docs: Path) -> None:
     ingest(docs, "--queue")
-    service.delete("runs")  # the messages were lost (a flushed broker, say)
+    service.delete("knowledge")  # the messages were lost (a flushed broker, say)
 
     output = ingest(docs)
 
@@ -418,7 +418,7 @@ def test_still_pending_documents_are_indexed_by_a_run_without_queue(service: Any
 
 def test_a_queue_rerun_does_not_claim_to_queue_what_it_did_not(service: Any, docs: Path) -> None:
     ingest(docs, "--queue")
-    service.delete("runs")
+    service.delete("knowledge")
 
     output = ingest(docs, "--queue")
 
