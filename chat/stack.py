@@ -105,6 +105,8 @@ class Stack:
     worker_concurrency: int = 2
     #: threads of the worker that sends webhooks (0: no such worker)
     webhook_threads: int = 8
+    #: workers indexing uploaded documents, one at a time each (0: none; uploads stay pending)
+    knowledge_workers: int = 1
     #: where each child's output goes, one ``<name>.log`` each (appended to; a line marks each start)
     log_dir: Path | None = None
     #: False: the children write to this process's terminal instead of their log files
@@ -217,11 +219,24 @@ class Stack:
                     "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
                 ],
             )  # fmt: skip
+        for i in range(self.knowledge_workers):
+            # Indexing parses uploads (for up to KNOWLEDGE_EXTRACT_TIMEOUT_S each): its own
+            # queue and process, so a hostile file never keeps a run waiting.
+            self._spawn(
+                f"knowledge-{i}",
+                [
+                    sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "knowledge",
+                    "-n", f"knowledge-{self.port}-{i}@%h", "--pool", "solo", "--prefetch-multiplier", "1",
+                    "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
+                ],
+            )  # fmt: skip
         self._wait(self._web_ready, "web", timeout_s)
         for i in range(self.worker_concurrency):
             self._wait(lambda i=i: self._worker_ready(f"runs-{self.port}-{i}"), f"worker-{i}", timeout_s)
         if self.webhook_threads:
             self._wait(lambda: self._worker_ready(f"webhooks-{self.port}"), "webhooks", timeout_s)
+        for i in range(self.knowledge_workers):
+            self._wait(lambda i=i: self._worker_ready(f"knowledge-{self.port}-{i}"), f"knowledge-{i}", timeout_s)
         return self
 
     def _fresh_metrics(self) -> None:

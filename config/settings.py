@@ -165,7 +165,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "runs"
 # Webhook attempts wait on other servers: their own queue, served by a thread-pool worker, so a
 # slow receiver never holds up a run.
-CELERY_TASK_ROUTES = {"chat.deliver_webhook": {"queue": "webhooks"}}
+# Indexing a document parses a stranger's file for up to KNOWLEDGE_EXTRACT_TIMEOUT_S: its own
+# queue and worker too, so uploads never hold up a run.
+CELERY_TASK_ROUTES = {
+    "chat.deliver_webhook": {"queue": "webhooks"},
+    "knowledge.index_document": {"queue": "knowledge"},
+}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_DISABLE_RATE_LIMITS = True  # no task is rate limited: skip the per-task token bucket
 # Celery's Django fixup closes every database connection before and after each task unless this
@@ -346,7 +351,13 @@ KNOWLEDGE: dict[str, Any] = {
     "MILVUS_TOKEN": env_str("MILVUS_TOKEN", ""),
     "MILVUS_COLLECTION": env_str("MILVUS_COLLECTION", "superbizagent_chunks"),
     "MILVUS_TIMEOUT_S": env_float("MILVUS_TIMEOUT_S", 10.0),
+    # Extracting and chunking one document runs in a child process killed at this deadline and
+    # confined to this much memory (knowledge/isolation.py); past either, the document fails.
+    "EXTRACT_TIMEOUT_S": env_float("KNOWLEDGE_EXTRACT_TIMEOUT_S", 60.0),
+    "EXTRACT_MAX_MEMORY_MB": env_int("KNOWLEDGE_EXTRACT_MAX_MEMORY_MB", 1024),
 }
+if not KNOWLEDGE["EXTRACT_TIMEOUT_S"] > 0 or KNOWLEDGE["EXTRACT_MAX_MEMORY_MB"] < 128:
+    raise StartupError("KNOWLEDGE_EXTRACT_TIMEOUT_S must be above 0 and KNOWLEDGE_EXTRACT_MAX_MEMORY_MB at least 128")
 # Threads one process may use for numeric work (numpy's BLAS, the onnxruntime embedding model
 # and dense scan); 0 means one per core, which only contends when several service processes
 # share the cores.

@@ -101,8 +101,8 @@ class RunbookAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(Document)
 class DocumentAdmin(ReadOnlyAdmin):
-    list_display = ("title", "status", "chunk_count", "created_at")
-    list_filter = ("status",)
+    list_display = ("title", "status", "failure_code", "chunk_count", "created_at")
+    list_filter = ("status", "failure_code")
     search_fields = ("title", "filename", "source")
     date_hierarchy = "created_at"
     exclude = ("text",)

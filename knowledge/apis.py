@@ -24,6 +24,7 @@ from core.api import (
     parse_id,
 )
 from knowledge import selectors, services
+from knowledge.failures import DocumentFailure
 from knowledge.models import Document, DocumentStatus
 
 MAX_QUERY_CHARS = 2_000
@@ -38,6 +39,7 @@ def document_resource(document: Document, *, user: Any) -> dict[str, Any]:
         "size_bytes": document.size_bytes,
         "sha256": document.sha256,
         "status": document.status,
+        "failure_code": document.failure_code or None,
         "failure_reason": document.failure_reason or None,
         "chunk_count": document.chunk_count,
         "uploaded_by_you": document.owner_id is not None and document.owner_id == user.pk,
@@ -57,6 +59,11 @@ class DocumentOutput(serializers.Serializer[Any]):
     size_bytes = serializers.IntegerField()
     sha256 = serializers.CharField()
     status = serializers.ChoiceField(choices=DocumentStatus.choices)
+    failure_code = serializers.ChoiceField(
+        choices=[code.value for code in DocumentFailure],
+        allow_null=True,
+        help_text="Why indexing failed, a stable code; failure_reason says it in words.",
+    )
     failure_reason = serializers.CharField(allow_null=True)
     chunk_count = serializers.IntegerField()
     uploaded_by_you = serializers.BooleanField()

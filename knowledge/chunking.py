@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_HEADING = re.compile(r"(#{1,6})\s+(.+)")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？;；])\s+|(?<=[。！？；])")
 _WORD = re.compile(r"[A-Za-z0-9_]+|[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\sA-Za-z0-9_]")
 SEPARATOR = " › "
@@ -60,6 +60,21 @@ def search_text(title: str, heading_path: str, text: str) -> str:
     return f"{where}\n{text}" if where else text
 
 
+def _heading(line: str) -> tuple[int, str] | None:
+    """A Markdown heading's level and title, without its closing marks ("## Title ##").
+
+    The title is the shortest start of the rest that leaves only spaces and ``#`` behind;
+    found with ``rstrip``, as a lazy regex would try every end, each against the whole run of
+    spaces after it (cubic on a heading line full of them).
+    """
+    match = _HEADING.match(line)
+    if match is None:
+        return None
+    rest = match.group(2)
+    kept = len(rest.rstrip().rstrip("#").rstrip())
+    return len(match.group(1)), rest[: max(1, kept)].strip()
+
+
 def _sections(text: str) -> Iterator[tuple[str, str]]:
     """(heading path, body) per section, in order; text before any heading has no path."""
     path: list[tuple[int, str]] = []
@@ -72,7 +87,7 @@ def _sections(text: str) -> Iterator[tuple[str, str]]:
     for line in text.splitlines():
         if line.lstrip().startswith("```"):
             in_code = not in_code
-        heading = None if in_code else _HEADING.match(line)
+        heading = None if in_code else _heading(line)
         if heading is None:
             body.append(line)
             continue
@@ -80,8 +95,8 @@ def _sections(text: str) -> Iterator[tuple[str, str]]:
         if current[1]:
             yield current
         body = []
-        level = len(heading.group(1))
-        path = [(lv, t) for lv, t in path if lv < level] + [(level, heading.group(2).strip())]
+        level, title = heading
+        path = [(lv, t) for lv, t in path if lv < level] + [(level, title)]
     last = flush()
     if last[1]:
         yield last

@@ -33,6 +33,8 @@ class Document(models.Model):
     content = models.BinaryField(null=True, blank=True, editable=False)
     text = models.TextField(blank=True)
     status = models.CharField(max_length=16, choices=DocumentStatus.choices, default=DocumentStatus.PENDING)
+    #: why it failed: a stable code (knowledge.failures.DocumentFailure) beside the reason
+    failure_code = models.CharField(max_length=40, blank=True)
     failure_reason = models.CharField(max_length=300, blank=True)
     chunk_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)

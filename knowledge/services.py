@@ -13,9 +13,11 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from core.errors import ApplicationError, PayloadTooLarge, QueueUnavailable
-from knowledge.chunking import ChunkLimits, chunk_text, search_text
+from knowledge.chunking import ChunkLimits, search_text
 from knowledge.embeddings import Embedder, EmbeddingUnavailable, to_bytes
-from knowledge.extract import ExtractionError, content_type_for, extract
+from knowledge.extract import ExtractionError, content_type_for
+from knowledge.failures import DocumentFailure
+from knowledge.isolation import ExtractLimits, prepare
 from knowledge.models import Chunk, Document, DocumentStatus, IndexState
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,13 @@ def chunk_limits() -> ChunkLimits:
     )
 
 
+def extract_limits() -> ExtractLimits:
+    k: dict[str, Any] = settings.KNOWLEDGE
+    return ExtractLimits(
+        timeout_s=float(k["EXTRACT_TIMEOUT_S"]), memory_bytes=int(k["EXTRACT_MAX_MEMORY_MB"]) * 1024 * 1024
+    )
+
+
 UPLOAD_NOT_QUEUED = "the task queue was unavailable; upload it again"
 
 
@@ -65,7 +74,7 @@ def _enqueue(document: Document, *, on_failure: str | None = UPLOAD_NOT_QUEUED) 
         logger.warning("document %s: broker unavailable: %s", document.id, type(exc).__name__)
         if on_failure is not None:
             Document.objects.filter(pk=document.pk, status=DocumentStatus.PENDING).update(
-                status=DocumentStatus.FAILED, failure_reason=on_failure
+                status=DocumentStatus.FAILED, failure_code=DocumentFailure.QUEUE_UNAVAILABLE, failure_reason=on_failure
             )
         raise QueueUnavailable("The task queue is unavailable; try again shortly.") from None
 
@@ -94,8 +103,9 @@ def document_upload(
         if existing is not None and existing.status != DocumentStatus.FAILED:
             return Uploaded(existing, False)
         if existing is not None:
-            existing.status, existing.failure_reason, existing.content = DocumentStatus.PENDING, "", data
-            existing.save(update_fields=["status", "failure_reason", "content"])
+            existing.status, existing.failure_code, existing.failure_reason = DocumentStatus.PENDING, "", ""
+            existing.content = data
+            existing.save(update_fields=["status", "failure_code", "failure_reason", "content"])
             document = existing
         else:
             document = Document.objects.create(
@@ -113,38 +123,44 @@ def document_upload(
     return Uploaded(document, existing is None)
 
 
-def _fail(document: Document, reason: str) -> None:
-    Document.objects.filter(pk=document.pk).update(status=DocumentStatus.FAILED, failure_reason=reason[:300])
-    logger.info("document %s failed to index: %s", document.pk, reason)
+def _fail(document: Document, code: DocumentFailure, reason: str) -> None:
+    Document.objects.filter(pk=document.pk).update(
+        status=DocumentStatus.FAILED, failure_code=code, failure_reason=reason[:300]
+    )
+    logger.info("document %s failed to index: %s", document.pk, code)
 
 
 def document_index(*, document_id: str, embedder: Embedder | None, final_attempt: bool = True) -> str:
     """Extract, chunk, embed and store a pending document's chunks, replacing any old ones.
 
     Idempotent: a document that is not pending is left as it is. Returns its status.
-    An embeddings endpoint that fails is retried by the task; on the last attempt the
-    document fails with the reason.
+    Extracting and chunking run in a child process under ``extract_limits()``
+    (knowledge.isolation): a file that takes longer or needs more memory fails with the code
+    saying so. An embeddings endpoint that fails is retried by the task; on the last attempt
+    the document fails with the reason.
     """
     document = Document.objects.filter(pk=document_id).first()
     if document is None or document.status != DocumentStatus.PENDING:
         return document.status if document else "missing"
     try:
-        if document.content:
-            extracted = extract(document.filename, bytes(document.content))
-            text, title = extracted.text, document.title or extracted.title
-        else:
-            text, title = document.text, document.title
-        if not text:
-            raise ExtractionError("the document has no text to index")
-        pieces = chunk_text(text, chunk_limits())
+        if not document.content and not document.text:
+            raise ExtractionError(DocumentFailure.NO_TEXT, "the document has no text to index")
+        prepared = prepare(
+            filename=document.filename,
+            data=bytes(document.content) if document.content else None,
+            text=None if document.content else document.text,
+            chunk_limits=chunk_limits(),
+            limits=extract_limits(),
+        )
+        text, title, pieces = prepared.text, document.title or prepared.title, prepared.chunks
         vectors = embedder.embed([search_text(title, p.heading_path, p.text) for p in pieces]) if embedder else None
     except ExtractionError as exc:
-        _fail(document, exc.reason)
+        _fail(document, exc.code, exc.reason)
         return DocumentStatus.FAILED
     except EmbeddingUnavailable as exc:
         if not final_attempt:
             raise
-        _fail(document, f"embedding failed: {exc}")
+        _fail(document, DocumentFailure.EMBEDDING_FAILED, f"embedding failed: {exc}")
         return DocumentStatus.FAILED
     model = embedder.name if embedder else ""
     rows = [
@@ -168,6 +184,7 @@ def document_index(*, document_id: str, embedder: Embedder | None, final_attempt
             title=title,
             text=text,
             content=None,
+            failure_code="",
             failure_reason="",
             chunk_count=len(rows),
             indexed_at=timezone.now(),
@@ -201,10 +218,10 @@ def knowledge_rebuild(*, enqueue: bool = True) -> int:
         before = list(
             Document.objects.select_for_update()
             .filter(Q(content__isnull=False) | ~Q(text=""))
-            .values_list("id", "status", "failure_reason")
+            .values_list("id", "status", "failure_code", "failure_reason")
         )
-        ids = [document_id for document_id, _, _ in before]
-        Document.objects.filter(id__in=ids).update(status=DocumentStatus.PENDING, failure_reason="")
+        ids = [document_id for document_id, *_ in before]
+        Document.objects.filter(id__in=ids).update(status=DocumentStatus.PENDING, failure_code="", failure_reason="")
         index_bump()
     if enqueue:
         for i, document_id in enumerate(ids):
@@ -212,9 +229,9 @@ def knowledge_rebuild(*, enqueue: bool = True) -> int:
                 _enqueue(Document(pk=document_id), on_failure=None)
             except QueueUnavailable:
                 # Nothing is queued for these: they keep their chunks and their former status.
-                for rest_id, status, reason in before[i:]:
+                for rest_id, status, code, reason in before[i:]:
                     Document.objects.filter(pk=rest_id, status=DocumentStatus.PENDING).update(
-                        status=status, failure_reason=reason
+                        status=status, failure_code=code, failure_reason=reason
                     )
                 raise
     return len(ids)

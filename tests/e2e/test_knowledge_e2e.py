@@ -4,7 +4,9 @@ restart, because the web process notices the knowledge-base version change.
 
 The stack runs with the local embedder (``EMBEDDINGS_PROVIDER=local``, whatever the developer's
 environment says), so the worker writes vectors and the web process embeds the query: search is
-hybrid, as in production. The documents are small, so this costs about a second.
+hybrid, as in production. The documents are small, so this costs about a second — except the
+hostile one, which the knowledge worker parses until the extraction deadline while a run,
+on its own queue and worker, is answered as if nothing were happening.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -24,12 +27,15 @@ from tests.e2e.conftest import running_stack
 
 pytestmark = pytest.mark.timeout(180)
 
+#: the stack's extraction deadline: long enough for the small documents, short for a test
+EXTRACT_TIMEOUT_S = 4.0
+
 
 @pytest.fixture(scope="module")
 def knowledge_stack(
     django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    env = {"EMBEDDINGS_PROVIDER": "local"}
+    env = {"EMBEDDINGS_PROVIDER": "local", "KNOWLEDGE_EXTRACT_TIMEOUT_S": str(EXTRACT_TIMEOUT_S)}
     with running_stack(django_db_blocker, tmp_path_factory, env=env, worker_concurrency=1) as stack:
         yield stack
 
@@ -172,3 +178,39 @@ def test_a_document_that_cannot_be_indexed_fails_with_a_reason(api: httpx.Client
     failed = wait_indexed(api, created.json()["id"])
     assert failed["status"] == "failed"
     assert failed["failure_reason"] and failed["chunk_count"] == 0
+
+
+def wait_run(client: httpx.Client, run_id: str, timeout_s: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        body: dict[str, Any] = client.get(f"/api/runs/{run_id}").json()
+        if body["status"] not in ("queued", "running"):
+            return body
+        time.sleep(0.05)
+    raise AssertionError("the run did not end")
+
+
+def test_a_hostile_upload_being_indexed_keeps_no_run_waiting_and_fails_at_the_deadline(api: httpx.Client) -> None:
+    # A million unclosed headings (5 MB): linear to parse now, but tens of seconds of it.
+    uploaded_at = time.monotonic()
+    created = upload(api, b"<h1>x" * 1_000_000, filename="nested.html")
+    assert created.status_code == 201, created.text
+    document_id = created.json()["id"]
+    time.sleep(0.5)  # the knowledge worker has taken it and is parsing
+    assert api.get(f"/api/documents/{document_id}").json()["status"] == "pending"
+
+    asked = api.post("/api/chat", json={"question": "hello, what can you do?"})
+    assert asked.status_code == 202, asked.text
+    run = wait_run(api, asked.json()["run_id"])
+    answered_at = time.monotonic()
+
+    assert run["status"] == "completed" and run["outcome"] == "success", run
+    queue_wait = (datetime.fromisoformat(run["started_at"]) - datetime.fromisoformat(run["created_at"])).total_seconds()
+    assert queue_wait < EXTRACT_TIMEOUT_S / 4, queue_wait
+    assert api.get(f"/api/documents/{document_id}").json()["status"] == "pending"  # still being parsed meanwhile
+    assert answered_at - uploaded_at < EXTRACT_TIMEOUT_S
+
+    failed = wait_indexed(api, document_id, timeout_s=EXTRACT_TIMEOUT_S + 30)
+    assert failed["status"] == "failed" and failed["failure_code"] == "extraction_timeout", failed
+    assert failed["failure_reason"] == f"reading the file took longer than {EXTRACT_TIMEOUT_S:g} s"
+    assert time.monotonic() - uploaded_at < EXTRACT_TIMEOUT_S + 15

@@ -34,7 +34,7 @@ def procfile() -> dict[str, str]:
 
 
 def test_the_procfile_names_every_process_of_the_layout() -> None:
-    assert set(procfile()) == {"web", "worker", "webhooks", "sweeper"}
+    assert set(procfile()) == {"web", "worker", "knowledge", "webhooks", "sweeper"}
 
 
 @pytest.fixture(scope="module")

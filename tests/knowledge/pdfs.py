@@ -44,3 +44,34 @@ def make_pdf(pages: list[list[str]], *, title: str | None = None) -> bytes:
         out.write(b"%010d 00000 n \n" % offset)
     out.write(b"trailer\n<< /Size %d /Root 1 0 R /Info 4 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
     return out.getvalue()
+
+
+def make_pdf_bomb(expanded_bytes: int = 100_000_000) -> bytes:
+    """A one-page PDF, about a thousandth of ``expanded_bytes`` on disk, whose text stream
+    inflates to ``expanded_bytes`` (text-drawing operators, so a text extractor must inflate
+    it): a compression bomb, written with pypdf."""
+    import zlib
+
+    from pypdf import PdfWriter
+    from pypdf.generic import DictionaryObject, NameObject, StreamObject
+
+    writer = PdfWriter()
+    page = writer.add_blank_page(612, 792)
+    font = DictionaryObject(
+        {
+            NameObject("/Type"): NameObject("/Font"),
+            NameObject("/Subtype"): NameObject("/Type1"),
+            NameObject("/BaseFont"): NameObject("/Helvetica"),
+        }
+    )
+    page[NameObject("/Resources")] = DictionaryObject(
+        {NameObject("/Font"): DictionaryObject({NameObject("/F1"): writer._add_object(font)})}
+    )
+    line = b"BT /F1 12 Tf 72 720 Td (boom) Tj ET\n"
+    stream = StreamObject()
+    stream._data = zlib.compress(line * (expanded_bytes // len(line)), 9)
+    stream[NameObject("/Filter")] = NameObject("/FlateDecode")
+    page[NameObject("/Contents")] = writer._add_object(stream)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()

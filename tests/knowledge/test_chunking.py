@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -321,3 +322,24 @@ def test_any_text_gives_non_empty_chunks_within_the_limits(text: str, limits: Ch
     assert all(_fits(c, limits) for c in chunks)
     if not text.strip():
         assert chunks == []
+
+
+def test_a_heading_line_full_of_spaces_is_parsed_in_linear_time() -> None:
+    # "# a" + 5,000 spaces + "b" took minutes: the lazy title regex backtracked over the spaces.
+    text = "# Disk" + " " * 50_000 + "full ##\n\nWrites fail.\n"
+
+    started = time.perf_counter()
+    chunks = chunk_text(text)
+
+    assert time.perf_counter() - started < 1.0
+    assert [(c.heading_path, c.text) for c in chunks] == [("Disk" + " " * 50_000 + "full", "Writes fail.")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="# \tax\u00a0", max_size=16))
+def test_a_heading_reads_as_the_markdown_heading_rule_says(line: str) -> None:
+    """The reference: the regex the chunker used before (correct, but cubic on long lines)."""
+    reference = re.match(r"^(#{1,6})\s+(.+?)\s*#*\s*$", line)
+    chunks = chunk_text(f"{line}\nbody")
+    expected = reference.group(2).strip() if reference else ""
+    assert chunks[0].heading_path == expected

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -22,6 +23,7 @@ from knowledge.tasks import MAX_RETRIES, index_document
 from tests.django_fixtures import Caller, broker_pointed_at_nothing
 from tests.knowledge.corpus import lexical_wiring
 from tests.knowledge.pdfs import make_pdf as pdf_pages
+from tests.knowledge.pdfs import make_pdf_bomb
 
 DISK_RUNBOOK = (
     b"# Disk full runbook\n\n"
@@ -55,7 +57,7 @@ def search(caller: Caller, query: str, **extra: Any) -> Any:
 def queued(redis: Any) -> list[tuple[str, list[Any]]]:
     """The (task name, args) of every message waiting in the Celery queue, oldest first."""
     out = []
-    for raw in reversed(redis.lrange("runs", 0, -1)):
+    for raw in reversed(redis.lrange("knowledge", 0, -1)):
         message = json.loads(raw)
         args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
         out.append((message["headers"]["task"], args))
@@ -65,7 +67,7 @@ def queued(redis: Any) -> list[tuple[str, list[Any]]]:
 def work_off_queue(redis: Any) -> int:
     """What a worker does: take each queued message, oldest first, and run its task."""
     done = 0
-    while (raw := redis.rpop("runs")) is not None:
+    while (raw := redis.rpop("knowledge")) is not None:
         message = json.loads(raw)
         assert message["headers"]["task"] == "knowledge.index_document"
         args, kwargs, _embed = json.loads(base64.b64decode(message["body"]))
@@ -123,6 +125,7 @@ def test_an_upload_is_accepted_pending_and_queued_for_the_worker(alice: Caller, 
     assert body["size_bytes"] == len(DISK_RUNBOOK)
     assert body["sha256"] == hashlib.sha256(DISK_RUNBOOK).hexdigest()
     assert body["chunk_count"] == 0 and body["indexed_at"] is None and body["failure_reason"] is None
+    assert body["failure_code"] is None
     assert body["uploaded_by_you"] is True and document.owner == alice.user
     assert body["links"] == {"self": f"/api/documents/{document.id}"}
     assert b"ENOSPC" not in response.content  # the resource describes the file, it does not echo it
@@ -368,18 +371,18 @@ def test_a_malformed_multipart_body_is_not_called_invalid_json(alice: Caller, se
 
 
 @pytest.mark.parametrize(
-    ("filename", "data", "reason"),
+    ("filename", "data", "code", "reason"),
     [
-        ("notes.txt", b"plain text\x00\x01\x02 with NUL bytes", "binary"),
-        ("report.pdf", b"this is not a pdf at all", "not a PDF"),
-        ("broken.pdf", b"%PDF-1.7\nthis is not really a pdf", "cannot be read"),
-        ("blank.pdf", make_pdf([]), "no text"),
-        ("blank.md", b"   \n\n\t\n", "no text"),
+        ("notes.txt", b"plain text\x00\x01\x02 with NUL bytes", "binary_content", "binary"),
+        ("report.pdf", b"this is not a pdf at all", "not_a_pdf", "not a PDF"),
+        ("broken.pdf", b"%PDF-1.7\nthis is not really a pdf", "pdf_unreadable", "cannot be read"),
+        ("blank.pdf", make_pdf([]), "no_text", "no text"),
+        ("blank.md", b"   \n\n\t\n", "no_text", "no text"),
     ],
     ids=["binary-text", "not-pdf", "broken-pdf", "blank-pdf", "whitespace-only"],
 )
 def test_a_file_whose_text_cannot_be_extracted_fails_with_a_reason(
-    alice: Caller, service: Any, filename: str, data: bytes, reason: str
+    alice: Caller, service: Any, filename: str, data: bytes, code: str, reason: str
 ) -> None:
     response = upload(alice, filename, data)
     assert response.status_code == 201  # the extension is allowed: the content is checked by the worker
@@ -388,12 +391,61 @@ def test_a_file_whose_text_cannot_be_extracted_fails_with_a_reason(
 
     detail = alice.get(response.json()["links"]["self"]).json()
     assert detail["status"] == "failed"
+    assert detail["failure_code"] == code
     assert reason in detail["failure_reason"]
     assert "Traceback" not in detail["failure_reason"]
     assert detail["chunk_count"] == 0 and not Chunk.objects.exists()
     assert index_version() == version  # nothing changed for search
     failed = alice.get("/api/documents?status=failed").json()["results"]
     assert [d["id"] for d in failed] == [detail["id"]]
+
+
+# --- hostile files: limits that hold ---------------------------------------------------
+
+
+def indexed_within(caller: Caller, service: Any, response: Any) -> tuple[dict[str, Any], float]:
+    """The document once the worker's task is done with it, and how long the task took."""
+    assert response.status_code == 201, response.content
+    started = time.monotonic()
+    assert work_off_queue(service) == 1
+    took = time.monotonic() - started
+    detail: dict[str, Any] = caller.get(response.json()["links"]["self"]).json()
+    return detail, took
+
+
+def test_the_nested_headings_that_took_28_seconds_are_indexed_at_once(alice: Caller, service: Any) -> None:
+    nested = b"<h1>Ledger runbook " * 8_000 + b"</h1>" * 8_000
+    data = nested + b"<p>Resynchronise the replica from the latest snapshot.</p>"
+
+    detail, took = indexed_within(alice, service, upload(alice, "nested.html", data))
+
+    assert took < 10
+    assert detail["status"] == "indexed", detail["failure_reason"]
+    assert Chunk.objects.get().text == "Resynchronise the replica from the latest snapshot."
+
+
+def test_a_hostile_upload_is_stopped_at_the_extraction_deadline_and_fails_with_the_code(
+    alice: Caller, service: Any, settings: Any
+) -> None:
+    settings.KNOWLEDGE = {**settings.KNOWLEDGE, "EXTRACT_TIMEOUT_S": 1.0}
+    version = index_version()
+
+    detail, took = indexed_within(alice, service, upload(alice, "nested.html", b"<h1>x" * 400_000))
+
+    assert took < 1.0 + 3.0  # the limit, plus starting, killing and reaping the child
+    assert detail["status"] == "failed" and detail["failure_code"] == "extraction_timeout"
+    assert detail["failure_reason"] == "reading the file took longer than 1 s"
+    assert detail["chunk_count"] == 0 and not Chunk.objects.exists() and index_version() == version
+    assert Document.objects.get().content is not None  # kept: a higher limit and a rebuild can still index it
+
+
+def test_a_pdf_bomb_fails_with_the_decompression_limit_not_pending_forever(alice: Caller, service: Any) -> None:
+    detail, took = indexed_within(alice, service, upload(alice, "bomb.pdf", make_pdf_bomb(80_000_000)))
+
+    assert took < 20
+    assert detail["status"] == "failed" and detail["failure_code"] == "decompression_limit"
+    assert detail["failure_reason"] == "the PDF expands beyond the decompression limit"
+    assert not Chunk.objects.exists()
 
 
 # --- duplicates ---------------------------------------------------------------------------
@@ -464,6 +516,7 @@ def test_an_embeddings_endpoint_that_stays_down_fails_the_document_after_the_ret
     failed = alice.get(f"/api/documents/{document_id}").json()
     assert failed["status"] == "failed"
     assert failed["failure_reason"] == "embedding failed: the embeddings endpoint failed (APIConnectionError)"
+    assert failed["failure_code"] == "embedding_failed"
     assert not Chunk.objects.exists()
 
 
@@ -520,13 +573,13 @@ def test_a_document_deleted_while_it_is_indexed_gets_no_chunks(
     alice: Caller, service: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     document_id = upload(alice, "disk.md", DISK_RUNBOOK).json()["id"]
-    from knowledge.chunking import chunk_text as original
+    from knowledge.isolation import prepare as original
 
     def deleted_meanwhile(*args: Any, **kwargs: Any) -> Any:
         Document.objects.filter(id=document_id).delete()  # another request, while this worker chunks
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("knowledge.services.chunk_text", deleted_meanwhile)
+    monkeypatch.setattr("knowledge.services.prepare", deleted_meanwhile)
 
     assert services.document_index(document_id=document_id, embedder=None) == "superseded"
     assert not Chunk.objects.exists()
@@ -545,6 +598,7 @@ def test_an_upload_while_the_broker_is_down_is_503_and_the_document_is_failed(al
     assert "redis://" not in text and "127.0.0.1" not in text and "Connection" not in text
     document = Document.objects.get()
     assert document.status == "failed" and "queue was unavailable" in document.failure_reason
+    assert document.failure_code == "queue_unavailable"
     assert error["details"] == {}
 
     # Once the broker is back, uploading the file again queues it and it is indexed.

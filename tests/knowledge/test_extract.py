@@ -1,21 +1,26 @@
 """Text out of uploaded files: Markdown and plain text (UTF-8, BOM, GB18030), HTML (headings
-become Markdown headings), real PDFs built in the test, and every refusal with its reason."""
+become Markdown headings), real PDFs built in the test, every refusal with its code and reason,
+and hostile files (nested headings, a PDF bomb) read in time linear in their size."""
 
 from __future__ import annotations
 
 import io
+import time
+from collections.abc import Callable
 
 import pytest
 from pypdf import PdfReader, PdfWriter
 
 from knowledge.chunking import chunk_text
 from knowledge.extract import Extracted, ExtractionError, content_type_for, extract
-from tests.knowledge.pdfs import make_pdf
+from knowledge.failures import DocumentFailure
+from tests.knowledge.pdfs import make_pdf, make_pdf_bomb
 
 
-def refusal(filename: str, data: bytes) -> str:
+def refusal(filename: str, data: bytes, code: DocumentFailure | None = None) -> str:
     with pytest.raises(ExtractionError) as caught:
         extract(filename, data)
+    assert code is None or caught.value.code == code
     reason = caught.value.reason
     assert reason == str(caught.value)
     assert reason and reason[0].islower() and "Traceback" not in reason
@@ -256,3 +261,54 @@ def test_nul_bytes_mean_binary_data(filename: str) -> None:
 @pytest.mark.parametrize("data", [b"\x80\xff abc", b"\xff\xfe\xfd", "caf\xe9 au lait".encode("latin-1")])
 def test_bytes_that_decode_as_neither_utf8_nor_gb18030_are_refused(data: bytes) -> None:
     assert "neither UTF-8 nor GB18030" in refusal("a.txt", data)
+
+
+# --- hostile files ------------------------------------------------------------------------
+
+
+def fastest(fn: Callable[[], object], *, repeat: int = 2) -> float:
+    """The best of ``repeat`` wall-clock timings: the machine may be busy with other work."""
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def test_nested_html_headings_are_read_in_linear_time_each_its_own_heading() -> None:
+    # 8,000 unclosed <h1> took 28 s: each heading's text was gathered from its whole subtree.
+    small, large = b"<h1>step " * 2_000, b"<h1>step " * 8_000
+
+    took_small = fastest(lambda: extract("nested.html", small))
+    took_large = fastest(lambda: extract("nested.html", large))
+
+    assert took_large < 3.0
+    assert took_large / max(took_small, 0.05) < 9  # 4x the input: linear is ~4x, quadratic 16x
+    text = extract("nested.html", large).text
+    # As a browser parses it: a heading inside a heading ends the outer one.
+    assert text.splitlines().count("# step") == 8_000
+
+
+def test_a_heading_nested_in_a_heading_ends_it_and_the_rest_is_body() -> None:
+    got = extract("page.html", b"<h1>Outer <b>title</b><h2>Inner</h2>after the inner one</h1><p>Body.</p>")
+
+    assert got.text == "# Outer title\n\n## Inner\n\nafter the inner one\n\nBody."
+
+
+def test_a_markdown_title_line_full_of_spaces_is_read_in_linear_time() -> None:
+    data = b"# Disk" + b" " * 200_000 + b"full ##\n\nWrites fail.\n"
+
+    assert fastest(lambda: extract("disk.md", data)) < 1.0
+    assert extract("disk.md", data).title == "Disk full"
+
+
+def test_a_pdf_bomb_is_refused_at_the_decompression_limit() -> None:
+    bomb = make_pdf_bomb(80_000_000)  # a few hundred KB that inflate past pypdf's 75 MB limit
+    assert len(bomb) < 1_000_000
+
+    started = time.monotonic()
+    reason = refusal("bomb.pdf", bomb, DocumentFailure.DECOMPRESSION_LIMIT)
+
+    assert time.monotonic() - started < 15
+    assert reason == "the PDF expands beyond the decompression limit"

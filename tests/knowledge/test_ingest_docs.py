@@ -21,6 +21,7 @@ from knowledge.search import index_version
 from knowledge.tasks import index_document
 from tests.django_fixtures import broker_pointed_at_nothing
 from tests.knowledge.corpus import DISK, lexical_wiring
+from tests.knowledge.pdfs import make_pdf_bomb
 
 POOL = b"Connection pool exhausted: raise db.pool.max_size to 50 after checking max_connections.\n"
 GATEWAY = b"<html><head><title>Gateway</title></head><body><h2>Timeouts</h2><p>Acquirer timeouts.</p></body></html>"
@@ -65,7 +66,7 @@ def ingest(*args: str | Path) -> str:
 def queued(redis: Any) -> list[list[Any]]:
     """The args of every indexing message waiting in the Celery queue, oldest first."""
     out = []
-    for raw in reversed(redis.lrange("runs", 0, -1)):
+    for raw in reversed(redis.lrange("knowledge", 0, -1)):
         message = json.loads(raw)
         assert message["headers"]["task"] == "knowledge.index_document"
         args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
@@ -281,6 +282,47 @@ def test_the_command_exits_1_when_no_document_could_be_added(
     assert "Traceback" not in captured.err
 
 
+def test_a_pdf_bomb_is_one_line_with_its_code_and_the_command_exits_1(
+    transactional_db: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "bomb.pdf").write_bytes(make_pdf_bomb(80_000_000))
+
+    with pytest.raises(SystemExit) as exited:
+        execute_from_command_line(["manage.py", "ingest_docs", "--quiet", str(tmp_path)])
+
+    assert exited.value.code == 1
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        "1 files: 1 failed",
+        f"  {tmp_path / 'bomb.pdf'}: the PDF expands beyond the decompression limit [decompression_limit]",
+    ]
+    assert "Traceback" not in captured.err and "LimitReachedError" not in captured.err
+    assert Document.objects.get().status == "failed"
+
+
+def test_a_file_whose_indexing_breaks_unexpectedly_is_one_line_and_the_others_go_on(
+    db: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a-broken.md").write_bytes(b"# Broken\n\nThis one breaks.\n")
+    (tmp_path / "b-disk.md").write_bytes(DISK)
+    original = services.document_index
+
+    def breaks_on_the_first(*, document_id: str, **kwargs: Any) -> str:
+        if Document.objects.get(pk=document_id).filename == "a-broken.md":
+            raise RuntimeError("secret detail of the failure")
+        return original(document_id=document_id, **kwargs)
+
+    monkeypatch.setattr(services, "document_index", breaks_on_the_first)
+
+    output = ingest(tmp_path)
+
+    assert output.splitlines() == [
+        "2 files: 1 failed, 1 indexed",
+        f"  {tmp_path / 'a-broken.md'}: could not be indexed (RuntimeError); it stays pending",
+    ]
+    assert "secret detail" not in output
+
+
 def test_the_command_exits_0_when_some_files_were_added(transactional_db: None, tmp_path: Path) -> None:
     """Partial success is success: the failures are listed for the operator to fix."""
     (tmp_path / "disk.md").write_bytes(DISK)
@@ -366,7 +408,7 @@ def test_queue_leaves_indexing_to_the_workers(service: Any, docs: Path, monkeypa
 
 def test_still_pending_documents_are_indexed_by_a_run_without_queue(service: Any, docs: Path) -> None:
     ingest(docs, "--queue")
-    service.delete("runs")  # the messages were lost (a flushed broker, say)
+    service.delete("knowledge")  # the messages were lost (a flushed broker, say)
 
     output = ingest(docs)
 
@@ -376,7 +418,7 @@ def test_still_pending_documents_are_indexed_by_a_run_without_queue(service: Any
 
 def test_a_queue_rerun_does_not_claim_to_queue_what_it_did_not(service: Any, docs: Path) -> None:
     ingest(docs, "--queue")
-    service.delete("runs")
+    service.delete("knowledge")
 
     output = ingest(docs, "--queue")
 

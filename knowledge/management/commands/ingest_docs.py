@@ -84,11 +84,18 @@ class Command(BaseCommand):
                         continue
                 outcomes["queued"] += 1
                 continue
-            status = services.document_index(document_id=str(uploaded.document.id), embedder=model)
+            try:
+                status = services.document_index(document_id=str(uploaded.document.id), embedder=model)
+            except Exception as exc:  # noqa: BLE001 - one line per file, never a traceback; the rest go on
+                outcomes["failed"] += 1
+                problems.append(f"{path}: could not be indexed ({type(exc).__name__}); it stays pending")
+                continue
             outcomes[status] += 1
             if status == "failed":
-                reason = Document.objects.values_list("failure_reason", flat=True).get(pk=uploaded.document.pk)
-                problems.append(f"{path}: {reason}")
+                code, reason = Document.objects.values_list("failure_code", "failure_reason").get(
+                    pk=uploaded.document.pk
+                )
+                problems.append(f"{path}: {reason} [{code}]")
         summary = ", ".join(f"{count} {name}" for name, count in sorted(outcomes.items()))
         self.stdout.write(f"{len(files)} files: {summary}")
         for problem in problems:
