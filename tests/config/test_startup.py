@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -129,6 +130,7 @@ def test_the_settings_of_a_good_url_are_django_s() -> None:
     ("name", "value", "kind"), [("LOG_MAX_LINES", "abc", "a whole number"), ("RUN_SWEEP_S", "5s", "a number")]
 )
 def test_a_setting_that_is_not_a_number_is_one_line(tmp_path: Path, name: str, value: str, kind: str) -> None:
-    line = only_line(manage("migrate", var_dir=tmp_path, **{name: value}))
+    setting: dict[str, Any] = {name: value}
+    line = only_line(manage("migrate", var_dir=tmp_path, **setting))
 
     assert line == f"error: {name} must be {kind}, not {value!r}"
