@@ -15,10 +15,12 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
 from core.admin import ReadOnlyAdmin  # ingestion, not the admin, writes these rows
+from core.errors import QueueUnavailable
 from harness.ports import Runbook as RunbookSpec
 from harness.prompts import agent_instructions
 from knowledge.models import Chunk, Document, LogEntry, Runbook
 from knowledge.runbooks import SECTIONS, missing_sections
+from knowledge.services import knowledge_rebuild
 
 #: What the agent's instructions keep of all matched runbooks together (harness.prompts).
 PROMPT_BUDGET_CHARS = 4_000
@@ -107,10 +109,20 @@ class DocumentAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
     exclude = ("text",)
     readonly_fields = ("text_excerpt",)
+    actions = ("reindex",)
 
     @admin.display(description="text")
     def text_excerpt(self, obj: Document) -> str:
         return Truncator(obj.text).chars(2_000)
+
+    @admin.action(description="Re-index the selected documents", permissions=["view"])
+    def reindex(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
+        try:
+            queued = knowledge_rebuild(document_ids=queryset.values_list("id", flat=True))
+        except QueueUnavailable:
+            self.message_user(request, "The task queue is unavailable; nothing was re-indexed.", messages.ERROR)
+            return
+        self.message_user(request, f"Queued {queued} document(s) for indexing.", messages.SUCCESS)
 
 
 @admin.register(Chunk)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -208,18 +209,18 @@ def document_delete(*, document: Document) -> None:
     index_bump()
 
 
-def knowledge_rebuild(*, enqueue: bool = True) -> int:
-    """Re-chunk and re-embed every document (after changing the embedder or the chunk limits).
+def knowledge_rebuild(*, enqueue: bool = True, document_ids: Iterable[Any] | None = None) -> int:
+    """Re-chunk and re-embed every document (after changing the embedder or the chunk limits),
+    or only ``document_ids`` (the admin's "re-index" action).
 
     Old chunks keep answering until each document's new ones replace them. Returns how many
     documents were queued.
     """
     with transaction.atomic():
-        before = list(
-            Document.objects.select_for_update()
-            .filter(Q(content__isnull=False) | ~Q(text=""))
-            .values_list("id", "status", "failure_code", "failure_reason")
-        )
+        documents = Document.objects.select_for_update().filter(Q(content__isnull=False) | ~Q(text=""))
+        if document_ids is not None:
+            documents = documents.filter(id__in=list(document_ids))
+        before = list(documents.values_list("id", "status", "failure_code", "failure_reason"))
         ids = [document_id for document_id, *_ in before]
         Document.objects.filter(id__in=ids).update(status=DocumentStatus.PENDING, failure_code="", failure_reason="")
         index_bump()

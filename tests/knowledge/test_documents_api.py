@@ -863,6 +863,28 @@ def test_a_rebuild_while_the_broker_is_down_leaves_no_document_pending_without_a
     assert not Document.objects.filter(status="pending").exists()
 
 
+def test_the_admin_reindexes_only_the_selected_documents(alice: Caller, service: Any) -> None:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    disk = upload(alice, "disk.md", DISK_RUNBOOK).json()["id"]
+    upload(alice, "pool.txt", POOL_NOTES)
+    work_off_queue(service)
+    console = Client()
+    console.force_login(get_user_model().objects.create_superuser("kb-admin", "kb@example.com", "pw-kb-1"))
+
+    answer = console.post(
+        "/admin/knowledge/document/", {"action": "reindex", "_selected_action": [disk], "index": 0}, follow=True
+    )
+
+    assert answer.status_code == 200 and b"Queued 1 document" in answer.content
+    assert len(queued(service)) == 1
+    statuses = {str(pk): status for pk, status in Document.objects.values_list("id", "status")}
+    assert statuses[disk] == "pending" and sorted(statuses.values()) == ["indexed", "pending"]
+    work_off_queue(service)
+    assert Document.objects.get(id=disk).status == "indexed"
+
+
 # --- a real embedder, end to end ----------------------------------------------------------
 
 
