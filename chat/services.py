@@ -21,6 +21,7 @@ from chat.redis_store import request_cancel
 from chat.webhooks import signing
 from core.errors import ApplicationError, ErrorKind, QueueFull, QueueUnavailable
 from core.logcontext import binds_run
+from core.viewer import Viewer, viewer_bound
 from harness.application import ChatRequest, RunNotClaimed
 from harness.context import CancelReason
 from traces.lifecycle import EndCause, Swept
@@ -147,8 +148,11 @@ def run_execute(*, run_id: str) -> None:
     if run.status != RunStatus.QUEUED:
         return
     request = ChatRequest(run.question, owner=str(run.owner_id), session_id=str(run.session_id), run_id=str(run.id))
+    # The run's evidence is what its owner may rely on: approved documents and their own
+    # uploads. Not staff's wider view: a page nobody reviewed is evidence only for its uploader.
+    evidence_viewer = Viewer(run.owner_id, is_staff=False)
     try:
-        with upkeep.executing(run_id):
+        with upkeep.executing(run_id), viewer_bound(evidence_viewer):
             wiring.application().execute(request, EventStreamObserver(str(run.id)))
     except RunNotClaimed:
         return

@@ -83,6 +83,8 @@ class KnowledgeQueryExecutor:
         if observation.evidence_status != "ok":
             return self._release.fallback(FallbackReason.NO_KNOWLEDGE_EVIDENCE, boundary.observations)
         view = json.loads(observation.content)["result"]
+        # provenance: False for a document only the asker sees (their own, not yet approved)
+        approved = {c.get("document_id"): c.get("approved") is not False for c in view.get("chunks", [])}
         chunks = [
             {k: chunk.get(k) for k in ("document_id", "title", "section", "text")} for chunk in view.get("chunks", [])
         ]
@@ -100,7 +102,9 @@ class KnowledgeQueryExecutor:
         if reply is None or any(doc_id not in by_id for doc_id in cited):
             scope.audit.event(TimelineCategory.EVIDENCE, "knowledge.answer_rejected", parsed=reply is not None)
             return self._release.fallback(FallbackReason.KNOWLEDGE_ANSWER_INVALID, boundary.observations)
-        sources = [{k: by_id[d][k] for k in ("document_id", "title", "section")} for d in cited]
+        sources = [
+            {**{k: by_id[d][k] for k in ("document_id", "title", "section")}, "approved": approved[d]} for d in cited
+        ]
         scope.audit.event(TimelineCategory.EVIDENCE, "knowledge.answer_verified", sources=len(sources))
         return Release(
             Outcome.SUCCESS,

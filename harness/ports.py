@@ -46,6 +46,9 @@ class KnowledgeChunk:
     section: str
     text: str
     score: float
+    #: its document's provenance: reviewed for everyone (True), or an upload the run's owner
+    #: made that nobody has approved yet (False; no other user's run is given it)
+    approved: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,7 +135,7 @@ class ReleasePolicy:
         if not check.result.passed:
             raise ValueError("only a verified draft can be released")
         findings = []
-        sources: list[dict[str, str]] = []
+        sources: list[dict[str, str | bool]] = []
         for claim, citations in zip(draft.claims, check.citations, strict=True):
             evidence = []
             for c in citations:
@@ -158,5 +158,5 @@ class ReleasePolicy:
         return Release(Outcome.SUCCESS, PublishedContent(ContentType.DIAGNOSIS_REPORT, payload))
 
 
-def _pick(source: Mapping[str, str], fields: Sequence[str]) -> dict[str, str]:
+def _pick(source: Mapping[str, str | bool], fields: Sequence[str]) -> dict[str, str | bool]:
     return {k: source[k] for k in fields if k in source}

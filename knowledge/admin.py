@@ -1,10 +1,13 @@
-"""The knowledge console: runbooks are edited here; documents, chunks and logs are read-only.
+"""The knowledge console: runbooks are edited here; documents, chunks and logs are read-only,
+but for approving uploads (the API's own service: ``knowledge.services.document_approve``).
 
 Runbooks apply to new diagnosis runs a few seconds after they are saved (the matcher notices the
 change), so the change page previews the body as the agent receives it.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -18,6 +21,7 @@ from core.admin import ReadOnlyAdmin  # ingestion, not the admin, writes these r
 from core.errors import QueueUnavailable
 from harness.ports import Runbook as RunbookSpec
 from harness.prompts import agent_instructions
+from knowledge import services
 from knowledge.models import Chunk, Document, LogEntry, Runbook
 from knowledge.runbooks import SECTIONS, missing_sections
 from knowledge.services import knowledge_rebuild
@@ -101,15 +105,37 @@ class RunbookAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         self.message_user(request, f"{count} runbook(s) disabled.", messages.SUCCESS)
 
 
+class ApprovedFilter(admin.SimpleListFilter):
+    title = "approved"
+    parameter_name = "approved"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Yes"), ("no", "No: its uploader's only")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Document]) -> QuerySet[Document]:
+        if self.value() in ("yes", "no"):
+            return queryset.filter(approved_at__isnull=self.value() == "no")
+        return queryset
+
+
 @admin.register(Document)
 class DocumentAdmin(ReadOnlyAdmin):
-    list_display = ("title", "status", "failure_code", "chunk_count", "created_at")
-    list_filter = ("status", "failure_code")
+    list_display = ("title", "status", "failure_code", "chunk_count", "added_by", "approved", "created_at")
+    list_filter = ("status", "failure_code", ApprovedFilter)
+    list_select_related = ("owner",)
     search_fields = ("title", "filename", "source")
     date_hierarchy = "created_at"
     exclude = ("text",)
     readonly_fields = ("text_excerpt",)
-    actions = ("reindex",)
+    actions = ("approve", "reindex")
+
+    @admin.display(description="added by")
+    def added_by(self, obj: Document) -> str:
+        return obj.owner.get_username() if obj.owner is not None else "operator"
+
+    @admin.display(description="approved", boolean=True)
+    def approved(self, obj: Document) -> bool:
+        return obj.approved
 
     @admin.display(description="text")
     def text_excerpt(self, obj: Document) -> str:
@@ -123,6 +149,13 @@ class DocumentAdmin(ReadOnlyAdmin):
             self.message_user(request, "The task queue is unavailable; nothing was re-indexed.", messages.ERROR)
             return
         self.message_user(request, f"Queued {queued} document(s) for indexing.", messages.SUCCESS)
+
+    @admin.action(description="Approve the selected documents (evidence for every user)")
+    def approve(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
+        pending = list(queryset.filter(approved_at__isnull=True))
+        for document in pending:
+            services.document_approve(document=document, by=request.user)
+        self.message_user(request, f"{len(pending)} document(s) approved.", messages.SUCCESS)
 
 
 @admin.register(Chunk)

@@ -23,6 +23,7 @@ from core.api import (
     paginated,
     parse_id,
 )
+from core.viewer import Viewer, viewer_bound
 from knowledge import selectors, services
 from knowledge.failures import DocumentFailure
 from knowledge.models import Document, DocumentStatus
@@ -43,6 +44,10 @@ def document_resource(document: Document, *, user: Any) -> dict[str, Any]:
         "failure_reason": document.failure_reason or None,
         "chunk_count": document.chunk_count,
         "uploaded_by_you": document.owner_id is not None and document.owner_id == user.pk,
+        # None: the operator loaded it (``ingest_docs``, ``seed_demo``), or its uploader is gone
+        "added_by": document.owner.get_username() if document.owner is not None else None,
+        "approved": document.approved,
+        "approved_at": document.approved_at,
         "created_at": document.created_at,
         "indexed_at": document.indexed_at,
         "links": {"self": reverse("document-detail", args=[str(document.id)])},
@@ -67,6 +72,9 @@ class DocumentOutput(serializers.Serializer[Any]):
     failure_reason = serializers.CharField(allow_null=True)
     chunk_count = serializers.IntegerField()
     uploaded_by_you = serializers.BooleanField()
+    added_by = serializers.CharField(allow_null=True, help_text="the uploader's user name; null: the operator")
+    approved = serializers.BooleanField(help_text="evidence for every user; false: for its uploader (and staff) only")
+    approved_at = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()
     indexed_at = serializers.DateTimeField(allow_null=True)
     links = serializers.JSONField()
@@ -85,14 +93,15 @@ class DocumentListApi(PagedApiView):
         parameters=[OpenApiParameter("status", str, enum=DocumentStatus.values, required=False), *PAGE_PARAMETERS],
         operation_id="documents_list",
         responses=paginated(DocumentOutput),
-        summary="The knowledge base's documents, newest first (cursor-paginated)",
+        summary="The documents you see, newest first: approved ones and your own (staff: all; cursor-paginated)",
     )
     def get(self, request: Request) -> Response:
         wanted = request.query_params.get("status")
         if wanted is not None and wanted not in DocumentStatus.values:
             raise serializers.ValidationError({"status": [f"One of {', '.join(DocumentStatus.values)}."]})
         paginator = NewestFirst()
-        page = paginator.paginate_queryset(selectors.document_list(status=wanted), request, view=self)
+        documents = selectors.document_list(viewer=Viewer.of(request.user), status=wanted)
+        page = paginator.paginate_queryset(documents, request, view=self)
         return paginator.get_paginated_response([document_resource(d, user=request.user) for d in page or []])
 
     @extend_schema(
@@ -115,18 +124,34 @@ class DocumentListApi(PagedApiView):
 
 
 class DocumentDetailApi(ApiView):
-    @extend_schema(responses=DocumentOutput, summary="One document and its indexing status")
+    @extend_schema(responses=DocumentOutput, summary="One document you see and its indexing status")
     def get(self, request: Request, document_id: str) -> Response:
-        document = selectors.document_get(document_id=parse_id(document_id))
+        document = selectors.document_get(viewer=Viewer.of(request.user), document_id=parse_id(document_id))
         return Response(document_resource(document, user=request.user))
 
     @extend_schema(responses={204: None}, summary="Delete a document (its uploader or staff)")
     def delete(self, request: Request, document_id: str) -> Response:
-        document = selectors.document_get(document_id=parse_id(document_id))
-        if not (request.user.is_staff or (document.owner_id is not None and document.owner_id == request.user.pk)):
+        viewer = Viewer.of(request.user)
+        document = selectors.document_get(viewer=viewer, document_id=parse_id(document_id))
+        if not selectors.document_deletable(viewer=viewer, document=document):
             raise PermissionDenied("Only the uploader or staff may delete a document.")
         services.document_delete(document=document)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class DocumentApproveApi(ApiView):
+    @extend_schema(
+        request=None,
+        responses=DocumentOutput,
+        summary="Approve a document: evidence for every user from the next search on (staff; idempotent)",
+    )
+    def post(self, request: Request, document_id: str) -> Response:
+        viewer = Viewer.of(request.user)
+        document = selectors.document_get(viewer=viewer, document_id=parse_id(document_id))
+        if not selectors.document_approvable(viewer=viewer):
+            raise PermissionDenied("Only staff may approve a document.")
+        document = services.document_approve(document=document, by=request.user)
+        return Response(document_resource(document, user=request.user))
 
 
 class KnowledgeSearchApi(ApiView):
@@ -145,14 +170,15 @@ class KnowledgeSearchApi(ApiView):
                 "chunks": serializers.JSONField(),
             },
         ),
-        summary="Search the knowledge base as the agent does",
+        summary="Search the documents you see (approved ones and your own; staff: all) as the agent searches",
     )
     def post(self, request: Request) -> Response:
         form = self.InputSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         from knowledge.backends import knowledge_search
 
-        found, mode = knowledge_search().matches(form.validated_data["query"], form.validated_data["top_k"])
+        with viewer_bound(Viewer.of(request.user)):  # the documents the caller sees (search.py)
+            found, mode = knowledge_search().matches(form.validated_data["query"], form.validated_data["top_k"])
         chunks = [
             {
                 "chunk_id": row.chunk_id,
@@ -163,6 +189,7 @@ class KnowledgeSearchApi(ApiView):
                 "score": round(hit.relevance, 4),
                 "lexical_coverage": round(hit.coverage, 4),
                 "cosine": None if hit.cosine is None else round(hit.cosine, 4),
+                "approved": row.document.approved,
             }
             for hit, row in found
         ]

@@ -49,6 +49,7 @@ from pymilvus import (  # type: ignore[import-untyped]
 )
 
 from core.errors import ApplicationError, ErrorKind
+from core.viewer import current_viewer
 from harness.ports import KnowledgeResult
 from knowledge.chunking import search_text
 from knowledge.dense import exact_scores
@@ -56,7 +57,8 @@ from knowledge.embeddings import Embedder, Vectors, from_bytes
 from knowledge.lexical import terms
 from knowledge.models import Chunk
 from knowledge.retrieval import Hit, RetrievalConfig, duplicate_key
-from knowledge.search import LOAD_BATCH, index_version, knowledge_result, query_vector
+from knowledge.search import HIT_FIELDS, LOAD_BATCH, index_version, knowledge_result, query_vector
+from knowledge.selectors import chunks_hidden_from, document_visibility
 
 logger = logging.getLogger(__name__)
 
@@ -305,14 +307,22 @@ class MilvusKnowledgeSearch:
     def _query_vector(self, query: str) -> Vectors | None:
         return query_vector(self.embedder, query) if self._hybrid else None
 
-    def _ranked(self, client: MilvusClient, words: list[str], vector: Vectors | None) -> list[tuple[int, float]]:
-        """Chunk ids and fused scores, best first: BM25 and cosine candidates fused by RRF."""
+    def _ranked(
+        self, client: MilvusClient, words: list[str], vector: Vectors | None, hidden: frozenset[int] = frozenset()
+    ) -> list[tuple[int, float]]:
+        """Chunk ids and fused scores, best first: BM25 and cosine candidates fused by RRF,
+        none of them ``hidden`` (chunks the searcher may not see: no candidates at all)."""
         config = self.config
+        allowed = f"id not in [{', '.join(str(pk) for pk in sorted(hidden))}]" if hidden else ""
         requests = []
         if words:
             requests.append(
                 AnnSearchRequest(
-                    data=[term_text(words)], anns_field="bm25", param={"metric_type": "BM25"}, limit=config.candidates
+                    data=[term_text(words)],
+                    anns_field="bm25",
+                    param={"metric_type": "BM25"},
+                    limit=config.candidates,
+                    expr=allowed or None,
                 )
             )
         if vector is not None:
@@ -322,7 +332,7 @@ class MilvusKnowledgeSearch:
                     anns_field="dense",
                     param={"metric_type": "COSINE"},
                     limit=config.candidates,
-                    expr="has_vector == true",
+                    expr="has_vector == true" + (f" and {allowed}" if allowed else ""),
                 )
             )
         if not requests:
@@ -338,7 +348,10 @@ class MilvusKnowledgeSearch:
         return [(int(hit["id"]), float(hit["distance"])) for hit in result[0]] if result else []
 
     def matches(self, query: str, top_k: int) -> tuple[list[tuple[Hit, Chunk]], str]:
-        """The best chunks with their grades, and the retrieval mode that found them."""
+        """The best chunks the bound viewer sees (``core.viewer``; none bound: approved documents
+        only), with their grades, and the retrieval mode that found them. Other users'
+        unapproved chunks are no candidates in Milvus, and their rows are filtered out again."""
+        viewer = current_viewer()
         with _reaching_milvus():
             client = self.synced()
             vector = self._query_vector(query)
@@ -346,20 +359,21 @@ class MilvusKnowledgeSearch:
             if not self._size or top_k <= 0:
                 return [], mode
             words = list(dict.fromkeys(terms(query)))
-            ranked = self._ranked(client, words, vector)
+            ranked = self._ranked(client, words, vector, chunks_hidden_from(viewer))
             if not ranked:
                 return [], mode
             idf = {w: self._idf(self._document_frequency(client, w)) for w in words}
         total_idf = sum(idf.values())
-        rows = Chunk.objects.filter(pk__in=[pk for pk, _ in ranked]).select_related("document")
-        fields = ("id", "ordinal", "heading_path", "text", "embedding", "embedding_model")
-        by_pk = {row.pk: row for row in rows.only(*fields, "document__id", "document__title")}
+        rows = Chunk.objects.filter(document_visibility(viewer, prefix="document__"), pk__in=[pk for pk, _ in ranked])
+        by_pk = {
+            row.pk: row for row in rows.select_related("document").only(*HIT_FIELDS, "embedding", "embedding_model")
+        }
         name = self.embedder.name if self.embedder else ""
         found: list[tuple[Hit, Chunk]] = []
         seen: set[int] = set()
         for pk, fused in ranked:
             row = by_pk.get(pk)
-            if row is None:  # deleted since the collection was synced
+            if row is None:  # deleted since the collection was synced, or not the viewer's to see
                 continue
             text = search_text(row.document.title, row.heading_path, row.text)
             present = set(terms(text))

@@ -15,7 +15,13 @@ class DocumentStatus(models.TextChoices):
 
 
 class Document(models.Model):
-    """An uploaded document. Its extracted text is kept, so the index can be rebuilt."""
+    """An uploaded document. Its extracted text is kept, so the index can be rebuilt.
+
+    ``owner`` is who added it (None: the operator, through ``ingest_docs`` or ``seed_demo``).
+    A document is evidence for everyone only once approved: loads by the operator and uploads
+    by staff are approved when they are created, another key's upload waits for staff
+    (``knowledge.selectors.document_visibility`` says who sees what meanwhile).
+    """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(
@@ -39,10 +45,27 @@ class Document(models.Model):
     chunk_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     indexed_at = models.DateTimeField(null=True, blank=True)
+    #: when it became evidence for every user; None: only its uploader (and staff) see it
+    approved_at = models.DateTimeField(null=True, blank=True)
+    #: who approved it (None with ``approved_at`` set: the operator, or a since deleted user)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="approved_documents",
+    )
 
     class Meta:
         ordering = ("-created_at",)
-        indexes = [models.Index(fields=("status",), name="document_status")]
+        indexes = [
+            models.Index(fields=("status",), name="document_status"),
+            models.Index(fields=("approved_at",), name="document_approved_at"),
+        ]
+
+    @property
+    def approved(self) -> bool:
+        return self.approved_at is not None
 
     def __str__(self) -> str:
         return self.title

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import bm25s as bm25s  # type: ignore[import-untyped]  # re-exported: see below
@@ -87,6 +87,7 @@ class LocalIndex:
         self.keys = np.asarray(keys, dtype=np.int64)
         self.dup_keys = np.fromiter((duplicate_key(t) for t in texts), dtype=np.int64, count=len(texts))
         self.size = len(keys)
+        self._ascending = bool(np.all(self.keys[1:] > self.keys[:-1]))
         #: a zero row marks a chunk without a usable vector (e.g. embedded by another model)
         self.dense = (
             None
@@ -103,6 +104,16 @@ class LocalIndex:
             self._vocab: dict[str, int] = self._bm25.vocab_dict
         else:
             self._vocab = {}
+
+    def _rows(self, keys: Collection[int]) -> npt.NDArray[np.intp]:
+        """The rows of those of ``keys`` this index holds."""
+        if not keys:
+            return np.zeros(0, dtype=np.intp)
+        wanted = np.fromiter(keys, dtype=np.int64, count=len(keys))
+        if self._ascending:  # the usual case (chunks in id order): a binary search per key
+            at = np.minimum(np.searchsorted(self.keys, wanted), self.size - 1)
+            return np.unique(at[self.keys[at] == wanted]).astype(np.intp)
+        return np.flatnonzero(np.isin(self.keys, wanted))
 
     @property
     def mode(self) -> str:
@@ -129,17 +140,34 @@ class LocalIndex:
             covered /= total_idf
         return bm25, covered
 
-    def search(self, query: str, *, top_k: int, query_vector: npt.NDArray[np.float32] | None = None) -> list[Hit]:
-        """The best ``top_k`` chunks that pass the grade, best first (possibly none)."""
+    def search(
+        self,
+        query: str,
+        *,
+        top_k: int,
+        query_vector: npt.NDArray[np.float32] | None = None,
+        exclude: Collection[int] = (),
+    ) -> list[Hit]:
+        """The best ``top_k`` chunks that pass the grade, best first (possibly none).
+
+        ``exclude``: keys of chunks that are no candidates at all (those the searcher may not
+        see). They are taken out before each ranking picks its candidates, so however many of
+        them match they neither crowd allowed chunks out of the fusion nor, as duplicates,
+        hide an allowed copy of their text.
+        """
         if not self.size or top_k <= 0:
             return []
         config = self.config
+        excluded = self._rows(exclude)
         bm25, coverage = self._lexical(query)
+        bm25[excluded] = 0.0
         lexical_rank = top_rows(bm25, config.candidates, 0.0)
         dense, vector = self.dense, None if query_vector is None else np.asarray(query_vector, dtype=np.float32)
         dense_rank = np.zeros(0, dtype=np.intp)
         if dense is not None and vector is not None:
-            dense_rank = dense.top(vector, config.candidates)
+            dense_rank = dense.top(vector, config.candidates + len(excluded))
+            if len(excluded):
+                dense_rank = dense_rank[~np.isin(dense_rank, excluded)][: config.candidates]
         fused: dict[int, float] = {}
         for ranking in (lexical_rank, dense_rank):
             for rank, row in enumerate(ranking.tolist()):

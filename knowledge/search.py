@@ -4,6 +4,13 @@ Each process keeps one :class:`~knowledge.retrieval.LocalIndex`, built from ever
 the knowledge-base version it was built from. Before a search it reads the version (one
 primary-key lookup); when a document was added, re-indexed or deleted since, the index is
 rebuilt first. The hits' texts are read from the database, so nothing deleted is returned.
+
+What a search returns depends on who asks (``core.viewer``, bound around a run and a search
+request): the index holds every chunk, and the chunks of other users' unapproved documents
+(``knowledge.selectors.chunks_hidden_from``) are left out while the hits are ranked, so they
+take no place among the top k and cannot hide a visible copy of their text from the
+de-duplication. The rows read afterwards are filtered by the same rule again, which also
+covers a document uploaded between the two reads.
 """
 
 from __future__ import annotations
@@ -15,15 +22,19 @@ from typing import Any
 
 import numpy as np
 
+from core.viewer import current_viewer
 from harness.ports import KnowledgeChunk, KnowledgeResult
 from knowledge.chunking import search_text
 from knowledge.embeddings import Embedder, EmbeddingUnavailable, Vectors, from_bytes
 from knowledge.models import Chunk, IndexState
 from knowledge.retrieval import Hit, LocalIndex, RetrievalConfig
+from knowledge.selectors import chunks_hidden_from, document_visibility
 
 logger = logging.getLogger(__name__)
 
 LOAD_BATCH = 2_000
+#: what a hit's row is read with: its text, section, document and the document's approval
+HIT_FIELDS = ("id", "ordinal", "heading_path", "text", "document__id", "document__title", "document__approved_at")
 
 
 def index_version() -> int:
@@ -52,6 +63,7 @@ def knowledge_result(found: list[tuple[Hit, Chunk]], mode: str) -> KnowledgeResu
             section=row.heading_path,
             text=row.text,
             score=round(hit.relevance, 4),
+            approved=row.document.approved,
         )
         for hit, row in found
     )
@@ -114,16 +126,17 @@ class DatabaseKnowledgeSearch:
         return query_vector(self.embedder, query) if index.mode == "hybrid" else None
 
     def matches(self, query: str, top_k: int) -> tuple[list[tuple[Hit, Chunk]], str]:
-        """The best chunks with their grades, and the retrieval mode that found them."""
+        """The best chunks the bound viewer sees (``core.viewer``; none bound: approved documents
+        only), with their grades, and the retrieval mode that found them."""
+        viewer = current_viewer()
         index = self.index()
+        hidden = chunks_hidden_from(viewer)  # read after the snapshot: it covers all its chunks
         vector = self._query_vector(query, index)
         mode = "hybrid" if vector is not None else "lexical"
         # a few more than asked: a hit deleted since the snapshot is skipped below
-        hits = index.search(query, top_k=top_k + 4, query_vector=vector)
-        rows = Chunk.objects.filter(pk__in=[h.key for h in hits]).select_related("document")
-        by_pk = {
-            row.pk: row for row in rows.only("id", "ordinal", "heading_path", "text", "document__id", "document__title")
-        }
+        hits = index.search(query, top_k=top_k + 4, query_vector=vector, exclude=hidden)
+        rows = Chunk.objects.filter(document_visibility(viewer, prefix="document__"), pk__in=[h.key for h in hits])
+        by_pk = {row.pk: row for row in rows.select_related("document").only(*HIT_FIELDS)}
         found = [(hit, row) for hit in hits if (row := by_pk.get(hit.key)) is not None]
         return found[:top_k], mode
 

@@ -14,12 +14,14 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from core.errors import ApplicationError, PayloadTooLarge, QueueUnavailable
+from core.viewer import Viewer
 from knowledge.chunking import ChunkLimits, search_text
 from knowledge.embeddings import Embedder, EmbeddingUnavailable, to_bytes
 from knowledge.extract import ExtractionError, content_type_for
 from knowledge.failures import DocumentFailure
 from knowledge.isolation import ExtractLimits, prepare
 from knowledge.models import Chunk, Document, DocumentStatus, IndexState
+from knowledge.selectors import document_visibility
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +101,18 @@ def document_upload(
     if not data:
         raise UnsupportedDocument("The file is empty.")
     digest = hashlib.sha256(data).hexdigest()
+    owner = owner if getattr(owner, "is_authenticated", False) else None
+    # The operator's loads and staff uploads are evidence for everyone at once; another key's
+    # upload only for itself until staff approve it.
+    trusted = owner is None or bool(owner.is_staff)
     with transaction.atomic():
-        existing = Document.objects.select_for_update().filter(sha256=digest).first()
+        # The same bytes are the same document, among those the uploader sees: another user's
+        # unapproved copy is none of theirs (and is not shown to them), so they get their own.
+        viewer = Viewer(None if owner is None else owner.pk, is_staff=trusted)
+        same = Document.objects.select_for_update().filter(document_visibility(viewer), sha256=digest)
+        existing = same.first()
+        if existing is not None and trusted and existing.approved_at is None:
+            _approve(existing, by=owner)  # staff (or the operator) add it too: they vouch for it
         if existing is not None and existing.status != DocumentStatus.FAILED:
             return Uploaded(existing, False)
         if existing is not None:
@@ -110,7 +122,9 @@ def document_upload(
             document = existing
         else:
             document = Document.objects.create(
-                owner=owner if getattr(owner, "is_authenticated", False) else None,
+                owner=owner,
+                approved_at=timezone.now() if trusted else None,
+                approved_by=owner if trusted else None,
                 title=title.strip()[:300],
                 filename=filename[-255:],
                 content_type=content_type,
@@ -200,6 +214,23 @@ def document_index(*, document_id: str, embedder: Embedder | None, final_attempt
             ).delete()
         index_bump()
     return DocumentStatus.INDEXED
+
+
+def _approve(document: Document, *, by: Any) -> None:
+    now = timezone.now()
+    if Document.objects.filter(pk=document.pk, approved_at__isnull=True).update(approved_at=now, approved_by=by):
+        document.approved_at, document.approved_by = now, by
+
+
+@transaction.atomic
+def document_approve(*, document: Document, by: Any) -> Document:
+    """Make a document evidence for every user; ``by`` is the staff user who reviewed it (the
+    caller checks that they may). Idempotent: an approved document keeps its first approval.
+
+    The index does not change: searches read each hit's approval from the database.
+    """
+    _approve(document, by=by)
+    return document
 
 
 @transaction.atomic

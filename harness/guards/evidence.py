@@ -45,7 +45,8 @@ class VerifiedCitation:
     tool: str
     quote: str
     excerpt: str
-    source: Mapping[str, str]
+    #: the identifying fields of the record the quote is in (a flag such as ``approved`` stays a bool)
+    source: Mapping[str, str | bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,11 +122,14 @@ class EvidenceGuard:
         return None
 
 
-def _source(record: Mapping[str, Any], fields: tuple[str, ...]) -> dict[str, str]:
+def _source(record: Mapping[str, Any], fields: tuple[str, ...]) -> dict[str, str | bool]:
     """Where a quote came from: the identifying fields of the record that holds it."""
-    out = {}
+    out: dict[str, str | bool] = {}
     for key in fields:
         value = record.get(key)
+        if isinstance(value, bool):
+            out[key] = value
+            continue
         if isinstance(value, list | tuple):
             value = ", ".join(str(v) for v in value)
         if value not in (None, ""):

@@ -78,6 +78,7 @@ def lookup_knowledge_tool(search: KnowledgeSearch, *, timeout_s: float | None = 
                     "section": c.section,
                     "text": c.text,
                     "score": round(float(c.score), 4),
+                    "approved": c.approved,
                 }
                 for c in result.chunks
             ],
@@ -89,17 +90,19 @@ def lookup_knowledge_tool(search: KnowledgeSearch, *, timeout_s: float | None = 
         name=LOOKUP_KNOWLEDGE,
         description=(
             "Search the team's knowledge base (runbooks, architecture notes, past incidents). "
-            "Returns the best matching chunks with their document id, title and section, and "
+            "Returns the best matching chunks with their document id, title and section, "
+            "approved false for a document nobody has reviewed yet (the asker's own upload), and "
             "evidence_status 'no_evidence' when nothing relevant was found."
         ),
         args_model=LookupKnowledgeArgs,
         handler=handle,
         timeout_s=timeout_s,
-        # a cited chunk names its document, and the document is one of the report's sources
+        # a cited chunk names its document and its provenance, and the document is one of the
+        # report's sources
         citations=CitationFields(
-            source=("document_id", "title", "section"),
-            shown=("document_id", "title", "section"),
-            reference=("document_id", "title", "section"),
+            source=("document_id", "title", "section", "approved"),
+            shown=("document_id", "title", "section", "approved"),
+            reference=("document_id", "title", "section", "approved"),
         ),
     )
 

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from chat.stack import Stack
+from knowledge import services
 from knowledge.models import Chunk, Document
 from tests.django_fixtures import Caller
 from tests.e2e.conftest import running_stack
@@ -152,10 +153,19 @@ def test_another_key_cannot_delete_it_and_no_key_cannot_read_it(
     document = upload(api, runbook(marker)).json()
     assert wait_indexed(api, document["id"])["status"] == "indexed"
 
-    # Documents are the team's knowledge (knowledge/selectors.py): another key reads and
-    # searches them, but only the uploader (or staff) may delete one.
+    # An upload by a non-staff key is its uploader's alone until staff approve it
+    # (knowledge/selectors.py): to another key it does not exist.
+    assert other.get(f"/api/documents/{document['id']}").status_code == 404
+    assert other.delete(f"/api/documents/{document['id']}").status_code == 404
+    assert not found(search(other, f"ledger-{marker} replica"), document["id"])
+    assert other.post(f"/api/documents/{document['id']}/approve").status_code == 404
+    assert api.post(f"/api/documents/{document['id']}/approve").status_code == 403  # staff only
+
+    # Approved, it is the team's knowledge: another key reads and searches it, but only the
+    # uploader (or staff) may delete it.
+    services.document_approve(document=Document.objects.get(id=document["id"]), by=None)
     seen = other.get(f"/api/documents/{document['id']}")
-    assert seen.status_code == 200 and seen.json()["uploaded_by_you"] is False
+    assert seen.status_code == 200 and seen.json()["uploaded_by_you"] is False and seen.json()["approved"] is True
     refused = other.delete(f"/api/documents/{document['id']}")
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "permission_denied"
     assert found(search(other, f"ledger-{marker} replica"), document["id"])

@@ -393,3 +393,28 @@ def test_the_excerpt_of_a_long_indented_document_contains_the_quote() -> None:
 
     assert result.result.passed
     assert "configuration change reduced db.pool.max_size" in result.citations[0][0].excerpt
+
+
+def test_a_knowledge_citation_keeps_its_documents_provenance_as_a_flag_into_the_report() -> None:
+    from harness.release import ReleasePolicy
+
+    raw = knowledge_raw()
+    raw["chunks"] = [{**chunk, "approved": i != 0} for i, chunk in enumerate(raw["chunks"])]
+    store = InMemoryInvocationStore()
+    store.put(ready_invocation(DOCS_ID, raw, tool="lookup_knowledge"))
+    quote = "a configuration change reduced db.pool.max_size"
+    draft = draft_of(claim("The runbook blames a smaller pool.", (DOCS_ID, quote)))
+    result = EvidenceGuard(store, citations=CITATIONS).check(RUN_ID, draft)
+    ((verified,),) = result.citations
+
+    assert verified.source["approved"] is False  # a bool, not the text "False"
+    report = ReleasePolicy(CITATIONS).diagnosis(draft, result, []).content.payload
+    assert report["sources"] == [
+        {
+            "document_id": "runbook-db-pool#1",
+            "title": "Database connection pool exhaustion",
+            "section": "Causes",
+            "approved": False,
+        }
+    ]
+    assert report["findings"][0]["evidence"][0]["approved"] is False

@@ -125,7 +125,12 @@ def test_a_grounded_answer_is_published_with_its_sources() -> None:
     assert dict(release.content.payload) == {
         "answer": "Restore the previous db.pool.max_size.",
         "sources": [
-            {"document_id": "runbook-db-pool#1", "title": "Database connection pool exhaustion", "section": "Causes"}
+            {
+                "document_id": "runbook-db-pool#1",
+                "title": "Database connection pool exhaustion",
+                "section": "Causes",
+                "approved": True,
+            }
         ],
     }
     (call_id,) = call_ids(h)
@@ -311,10 +316,16 @@ def test_a_verified_diagnosis_is_published_without_call_ids() -> None:
             "document_id": "runbook-db-pool#1",
             "title": "Database connection pool exhaustion",
             "section": "Causes",
+            "approved": True,
         },
     ]
     assert payload["sources"] == [
-        {"document_id": "runbook-db-pool#1", "title": "Database connection pool exhaustion", "section": "Causes"}
+        {
+            "document_id": "runbook-db-pool#1",
+            "title": "Database connection pool exhaustion",
+            "section": "Causes",
+            "approved": True,
+        }
     ]
     text = published_text(release)
     assert "tool_call_id" not in text
@@ -335,7 +346,8 @@ def test_a_verified_diagnosis_leaves_a_bounded_memory() -> None:
         "conclusion": release.content.payload["conclusion"],
         "root_cause": release.content.payload["root_cause"],
         "limitations": [],
-        "sources": release.content.payload["sources"],
+        # the next turn remembers which documents, not their provenance (the same owner's session)
+        "sources": [{k: v for k, v in s.items() if k != "approved"} for s in release.content.payload["sources"]],
     }
 
 

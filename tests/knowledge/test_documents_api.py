@@ -1,6 +1,7 @@
 """The knowledge-base API against the real database, Redis and Celery queue: uploads of every
-format indexed by the worker's task, every refusal with its envelope, the shared document list,
-who may delete, search with its bad inputs, the staff-only rebuild and a broker that is down."""
+format indexed by the worker's task, every refusal with its envelope, who sees which document,
+who may delete, search with its bad inputs, the staff-only rebuild and a broker that is down.
+(Approval and the 404/403 matrix: test_provenance.py.)"""
 
 from __future__ import annotations
 
@@ -458,13 +459,40 @@ def test_the_same_bytes_uploaded_again_return_the_existing_document(alice: Calle
     again = upload(alice, "disk-copy.md", DISK_RUNBOOK)
     assert again.status_code == 200
     assert again.json()["id"] == first["id"] and again.json()["status"] == "indexed"
-    by_bob = upload(bob, "mine.md", DISK_RUNBOOK)
-    assert by_bob.status_code == 200
-    assert by_bob.json()["id"] == first["id"] and by_bob.json()["uploaded_by_you"] is False
 
     assert Document.objects.count() == 1 and queued(service) == []
     assert Chunk.objects.count() == 2
     assert len(search(alice, "ENOSPC").json()["chunks"]) == 1
+
+
+def test_the_same_bytes_as_an_approved_document_return_it_to_another_user(bob: Caller, service: Any) -> None:
+    document = services.document_upload(owner=None, filename="disk.md", data=DISK_RUNBOOK, enqueue=False).document
+
+    by_bob = upload(bob, "mine.md", DISK_RUNBOOK)
+
+    assert by_bob.status_code == 200
+    assert by_bob.json()["id"] == str(document.id) and by_bob.json()["uploaded_by_you"] is False
+    assert Document.objects.count() == 1 and queued(service) == []
+
+
+def test_the_same_bytes_as_another_users_unapproved_upload_make_a_document_of_ones_own(
+    alice: Caller, bob: Caller, service: Any
+) -> None:
+    """Bob's copy is none of Alice's business, and is not shown to her: she gets her own. She
+    finds hers although his older, identical chunks would win the tie between duplicates."""
+    bobs = upload(bob, "disk.md", DISK_RUNBOOK).json()
+    work_off_queue(service)
+
+    by_alice = upload(alice, "mine.md", DISK_RUNBOOK)
+    work_off_queue(service)
+
+    assert by_alice.status_code == 201, by_alice.content
+    alices = by_alice.json()
+    assert alices["id"] != bobs["id"] and alices["uploaded_by_you"] is True and alices["approved"] is False
+    assert Document.objects.count() == 2
+    for caller, own in ((alice, alices["id"]), (bob, bobs["id"])):
+        assert [d["id"] for d in caller.get("/api/documents").json()["results"]] == [own]
+        assert [c["document_id"] for c in search(caller, "ENOSPC").json()["chunks"]] == [own]
 
 
 def test_a_duplicate_of_a_pending_document_is_not_queued_twice(alice: Caller, service: Any) -> None:
@@ -629,17 +657,18 @@ def test_the_list_is_newest_first_cursor_paginated_and_filterable(alice: Caller,
     assert "status" in error["details"]["fields"]
 
 
-def test_documents_are_the_teams_every_key_reads_them_and_sees_who_uploaded(
+def test_approved_documents_are_the_teams_every_key_reads_them_and_sees_who_added_them(
     alice: Caller, bob: Caller, staff: Caller, service: Any
 ) -> None:
-    """The knowledge base is shared: it is what every run searches (knowledge/selectors.py)."""
-    document_id = upload(alice, "disk.md", DISK_RUNBOOK).json()["id"]
+    """Approved documents are shared: they are what every run searches (knowledge/selectors.py)."""
+    document_id = upload(staff, "disk.md", DISK_RUNBOOK).json()["id"]
 
-    for caller, mine in ((alice, True), (bob, False), (staff, False)):
+    for caller, mine in ((alice, False), (bob, False), (staff, True)):
         listed = caller.get("/api/documents").json()["results"]
         assert [d["id"] for d in listed] == [document_id]
         detail = caller.get(f"/api/documents/{document_id}")
         assert detail.status_code == 200 and detail.json()["uploaded_by_you"] is mine
+        assert detail.json()["added_by"] == "oncall-lead" and detail.json()["approved"] is True
 
 
 def test_list_and_detail_never_carry_the_documents_text(alice: Caller, service: Any) -> None:
@@ -688,6 +717,7 @@ def test_a_deleted_documents_chunks_stop_being_found_at_once(alice: Caller, serv
 def test_only_the_uploader_or_staff_may_delete(alice: Caller, bob: Caller, staff: Caller, service: Any) -> None:
     document_id = upload(alice, "disk.md", DISK_RUNBOOK).json()["id"]
     work_off_queue(service)
+    assert staff.post(f"/api/documents/{document_id}/approve").status_code == 200
 
     assert_error(bob.client.delete(f"/api/documents/{document_id}"), 403, "permission_denied")
     assert Document.objects.filter(id=document_id).exists() and Chunk.objects.count() == 2
@@ -743,7 +773,18 @@ def test_search_returns_graded_hits_with_their_document_and_section(alice: Calle
 
     assert body["evidence_status"] == "ok" and body["retrieval_mode"] == "lexical"
     best = body["chunks"][0]
-    assert set(best) == {"chunk_id", "document_id", "title", "section", "text", "score", "lexical_coverage", "cosine"}
+    assert set(best) == {
+        "chunk_id",
+        "document_id",
+        "title",
+        "section",
+        "text",
+        "score",
+        "lexical_coverage",
+        "cosine",
+        "approved",
+    }
+    assert best["approved"] is False  # alice's own upload, which nobody has reviewed
     assert best["document_id"] == disk and best["title"] == "Disk full runbook"
     assert best["section"] == "Disk full runbook › Remedy" and "grow the volume" in best["text"]
     assert 0 < best["score"] <= 1 and best["cosine"] is None

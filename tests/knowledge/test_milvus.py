@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured
 from pymilvus import DataType, MilvusClient  # type: ignore[import-untyped]
 
 from core.api import STATUS_OF
+from core.viewer import Viewer, viewer_bound
 from knowledge import backends, services
 from knowledge.embeddings import Embedder, Vectors, embedder_from_config, normalise
 from knowledge.milvus import MilvusKnowledgeSearch, SearchUnavailable, safe_uri, term_text, term_word
@@ -338,3 +340,25 @@ def test_the_search_api_and_readyz_go_through_milvus(alice: Any, milvus_configur
     assert body["chunks"][0]["chunk_id"].startswith(f"{disk.id}#")
     knowledge = readiness()["evidence"]["detail"]["knowledge"]
     assert knowledge["engine"] == "milvus" and knowledge["indexed_chunks"] == Chunk.objects.count()
+
+
+def test_another_users_unapproved_upload_is_found_for_its_uploader_only(db: None, engines: Engines) -> None:
+    users = get_user_model().objects
+    bob, alice = users.create_user("bob"), users.create_user("alice")
+    # Bob's copy of the team's runbook comes first (older, lower ids), then the operator's.
+    bobs = services.document_upload(owner=bob, filename="copy.md", data=DISK + b"\n", enqueue=False).document
+    assert services.document_index(document_id=str(bobs.id), embedder=None) == "indexed"
+    team = add("disk.md", DISK)
+    pool = services.document_upload(owner=bob, filename="pool.md", data=POOL, enqueue=False).document
+    assert services.document_index(document_id=str(pool.id), embedder=None) == "indexed"
+    engine = engines()
+
+    # nobody bound (a command), or another user: the approved copy, never Bob's
+    assert found_ids(engine, "no space left on device") == [str(team.id)]
+    assert found_ids(engine, "db.pool.max_size max_connections") == []
+    with viewer_bound(Viewer(alice.pk)):
+        assert found_ids(engine, "no space left on device") == [str(team.id)]
+        assert found_ids(engine, "db.pool.max_size max_connections") == []
+    with viewer_bound(Viewer(bob.pk)):
+        chunks = engine.search("db.pool.max_size max_connections", 5).chunks
+    assert [(c.document_id, c.approved) for c in chunks] == [(str(pool.id), False)]

@@ -245,3 +245,38 @@ def test_a_query_vector_on_a_lexical_index_is_ignored() -> None:
 
     assert keys(hits) == [1]
     assert hits[0].cosine is None
+
+
+# --- excluded chunks (those the searcher may not see) ---------------------------------------
+
+
+def test_excluded_chunks_are_no_candidates_however_many_match_better() -> None:
+    """Sixty look-alikes that match better than the one allowed chunk would fill both rankings'
+    candidates (50 each); excluded, they leave it its place."""
+    crowd = [f"stock lookups timing out redis pool exhausted inventory {i}" for i in range(60)]
+    texts = [*crowd, "stock lookups timing out: redis pool exhausted after a config change"]
+    vectors = np.stack([unit(1, 0.01 * i, 0, 0) for i in range(60)] + [unit(0.7, 0, 0.7, 0)])
+    index = LocalIndex(list(range(100, 161)), texts, vectors)
+    query = "stock lookups timing out redis pool exhausted"
+
+    assert 160 not in keys(index.search(query, top_k=5, query_vector=unit(1, 0, 0, 0)))
+    hits = index.search(query, top_k=5, query_vector=unit(1, 0, 0, 0), exclude=set(range(100, 160)))
+
+    assert keys(hits) == [160]
+
+
+def test_an_excluded_duplicate_does_not_hide_an_allowed_copy() -> None:
+    """The older copy wins the tie between duplicates; when it is excluded, the newer one answers."""
+    index = LocalIndex([1, 2, 3], ["Restart the worker pool.", "restart the worker pool.", "Disk full."])
+
+    assert keys(index.search("restart worker pool", top_k=5)) == [1]
+    assert keys(index.search("restart worker pool", top_k=5, exclude={1})) == [2]
+    assert index.search("restart worker pool", top_k=5, exclude={1, 2}) == []
+
+
+def test_exclude_works_on_keys_in_any_order_and_ignores_unknown_ones() -> None:
+    texts = ["disk full on node a", "disk full on node b", "disk full on node c"]
+    for order in ([30, 10, 20], [10, 20, 30]):
+        index = LocalIndex(order, texts)
+        allowed = set(order) - {20}
+        assert set(keys(index.search("disk full", top_k=5, exclude={20, 99}))) == allowed
