@@ -30,6 +30,7 @@ from knowledge.fixtures import Table
 from knowledge.models import Chunk, Document, LogEntry, Runbook
 from knowledge.scenarios import (
     SHIPPED_RUNBOOKS,
+    SHIPPED_SCENARIOS,
     Scenario,
     ScenarioError,
     clear_evidence,
@@ -542,6 +543,87 @@ def test_incidents_unlike_the_demo_set_are_diagnosed(command_env: dict[str, str]
     report = json.loads(result.stdout)
     assert report["total"] == 5 and report["passed"] == 5
     assert all(s["citations_valid"] == s["citations"] for s in report["scenarios"])
+
+
+# In one database holding every incident's evidence, these are not diagnosed as alone (strict:
+# a fix makes the test fail until its entry is removed).
+_UNDATED = (
+    "the question gives a time of day without a date; it is resolved to the day with the most "
+    "evidence around that hour, which here is another incident's day"
+)
+SHARED_KNOWN_FAILURES = {
+    "cache-stampede": _UNDATED + " (the payment incident's, also at 10:00)",
+    "slow-query-after-deploy": _UNDATED + " (the payment incident's, whose noise begins at 09:40)",
+    "unexplained-errors": _UNDATED + " (the waybill incident's), where a cause is found instead of none",
+    "sms-otp-rate-limit": _UNDATED + " (the booking incident's, also at 08:00)",
+    "no-evidence-latency": (
+        "no time is given, and 'slow' alone matches another incident's warnings: the subject the "
+        "question names (search) is not weighed against them"
+    ),
+    "booking-confirmer-lag": (
+        "an earlier booking-api error of the same day is taken as the symptom instead of the pending "
+        "bookings (likely: the broad query's templates are filled by other incidents' warnings, and the "
+        "incident window closes before the pending warnings begin)"
+    ),
+    "waybill-dns-nxdomain": (
+        "the right cause and change, but its config_changes names the component 'target' where the "
+        "other incidents say 'service': in the merged table that column comes last and falls past the "
+        "row quote's 240 characters, so 'coredns' is not in the root cause"
+    ),
+}
+SHARED_SCENARIOS = [*find_scenarios([SHIPPED_SCENARIOS]), *find_scenarios([REGRESSION])]
+
+
+@pytest.fixture(scope="module")
+def shared_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Every shipped and regression scenario evaluated once, with all their evidence in one
+    database (lexical retrieval), as `eval_scenarios --shared` runs them."""
+    var = tmp_path_factory.mktemp("shared-eval")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LLM_", "OPENAI_", "EMBEDDINGS_", "EVIDENCE_", "SBA_EVAL"))
+    }
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.test_settings",
+            "DATABASE_URL": f"sqlite:///{var / 'unused.sqlite3'}",
+            "VAR_DIR": str(var / "var"),
+            "EMBEDDINGS_PROVIDER": "none",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    done = eval_command("--shared", "--json", SHIPPED_SCENARIOS, REGRESSION, env=env, timeout=540)
+    assert done.stdout.strip(), done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["shared"] is True and report["total"] == len(SHARED_SCENARIOS)
+    return {s["name"]: s for s in report["scenarios"]}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            s.name,
+            marks=[pytest.mark.xfail(strict=True, reason=SHARED_KNOWN_FAILURES[s.name])]
+            if s.name in SHARED_KNOWN_FAILURES
+            else [],
+        )
+        for s in SHARED_SCENARIOS
+    ],
+)
+def test_each_incident_is_diagnosed_with_every_other_incident_in_the_database(
+    shared_report: dict[str, dict[str, Any]], name: str
+) -> None:
+    """Each incident's question over the evidence of all of them: the others are its noise."""
+    scenario = shared_report[name]
+    assert scenario["citations_valid"] == scenario["citations"]
+    assert scenario["passed"], scenario["problems"]
+
+
+def test_the_shared_known_failures_name_real_scenarios() -> None:
+    assert set(SHARED_KNOWN_FAILURES) <= {s.name for s in SHARED_SCENARIOS}
 
 
 INJECTION = (
