@@ -14,11 +14,17 @@ A scenario file is YAML (paths are relative to the file)::
       root_cause: [connection pool]      # every phrase must appear in the root cause
       tools: [query_logs, query_mysql]   # every tool must have been called
 
-Each scenario runs alone: the knowledge base, log store and runbooks of the (scratch) database
-are emptied and loaded with its evidence through the same code paths as document uploads and
-``ingest_logs``; its tables go to a scratch SQLite file the agent reads read-only. Then the
-question runs through the real chain (router, agent, tools, guards, release), as the
-composition root builds it (``chat.wiring.scenario_executor``), and the result is scored.
+Each scenario runs alone (:func:`run_scenario`): the knowledge base, log store and runbooks of
+the (scratch) database are emptied and loaded with its evidence through the same code paths as
+document uploads and ``ingest_logs``; its tables go to a scratch SQLite file the agent reads
+read-only. Then the question runs through the real chain (router, agent, tools, guards,
+release), as the composition root builds it (``chat.wiring.scenario_executor``), and the result
+is scored.
+
+In a shared database (:func:`run_shared`) the evidence of every scenario is loaded once, into
+one knowledge base, log store and business database, as a service that has seen all these
+incidents holds it; then each question is asked over all of it. Each incident is the others'
+noise, so evidence from another incident winning shows up here, and never alone.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from harness.release import RunResult
 from knowledge import services
 from knowledge.embeddings import Embedder
 from knowledge.extract import TYPES
-from knowledge.fixtures import FixtureError, merge, read_tables, write_tables
+from knowledge.fixtures import FixtureError, Table, merge, read_tables, write_tables
 from knowledge.logs.ingest import ingest, log_files
 from knowledge.logs.parsing import UNKNOWN_SERVICE
 from knowledge.models import Chunk, Document, LogEntry, LogFile, Runbook
@@ -77,6 +83,7 @@ class ScenarioResult:
     scenario: Scenario
     outcome: str
     root_cause: str
+    #: a diagnosis was expected, and the report's root cause holds every expected phrase
     root_cause_hit: bool
     citations: int
     citations_valid: int
@@ -87,6 +94,8 @@ class ScenarioResult:
     seconds: float
     fallback_reason: str | None = None
     problems: list[str] = field(default_factory=list)
+    #: a fallback was expected (the evidence shows no cause), and the run fell back
+    fallback_correct: bool = False
 
     @property
     def passed(self) -> bool:
@@ -223,6 +232,53 @@ def load_evidence(scenario: Scenario, *, embedder: Embedder | None, sql_path: Pa
     return problems
 
 
+def load_shared_evidence(scenarios: Sequence[Scenario], *, embedder: Embedder | None, sql_path: Path) -> list[str]:
+    """Load the evidence of every scenario into one knowledge base, log store and business
+    database (a file several scenarios name is loaded once); returns what could not be loaded."""
+    clear_evidence()
+    documents = list(dict.fromkeys(p for s in scenarios for p in document_files(s.documents)))
+    problems = load_documents(documents, embedder=embedder)
+    logs = list(dict.fromkeys(p for s in scenarios for p in log_files(s.logs)))
+    if logs:
+        report = ingest(logs, default_service=UNKNOWN_SERVICE, progress=False)
+        if report.read and not report.entries:
+            problems.append("no log line could be parsed")
+    for folder in dict.fromkeys(s.runbooks for s in scenarios if s.runbooks is not None):
+        load_runbooks(folder)
+    tables = list(dict.fromkeys(p for s in scenarios for p in s.tables))
+    if tables:
+        try:
+            write_tables(f"sqlite:///{sql_path}", merge_columns([t for path in tables for t in read_tables(path)]))
+        except FixtureError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def merge_columns(tables: Sequence[Table]) -> list[Table]:
+    """Tables of the same name become one with the columns of all (in order of appearance), a
+    row leaving empty the columns its own table lacks: incidents written apart describe, say,
+    their deployments with different columns, and one business database holds them all. A
+    column two tables type differently becomes text."""
+    groups: dict[str, list[Table]] = {}
+    for table in tables:
+        groups.setdefault(table.name, []).append(table)
+    out = []
+    for name, group in groups.items():
+        kinds: dict[str, str] = {}
+        for table in group:
+            for column, kind in table.columns:
+                kinds[column] = kind if kinds.get(column, kind) == kind else "text"
+        names = list(kinds)
+        rows = tuple(
+            tuple(dict(zip((c for c, _ in table.columns), row, strict=True)).get(c) for c in names)
+            for table in group
+            for row in table.rows
+        )
+        description = next((t.description for t in group if t.description), "")
+        out.append(Table(name, tuple(kinds.items()), rows, description))
+    return out
+
+
 # --- running and scoring ------------------------------------------------------------------
 
 
@@ -266,6 +322,38 @@ def run_scenario(scenario: Scenario, *, execute: ScenarioExecutor, embedder: Emb
             embedder=embedder,
         )
         executed = execute(scenario.question, evidence)
+    return score(scenario, executed, problems)
+
+
+def run_shared(
+    scenarios: Sequence[Scenario],
+    *,
+    execute: ScenarioExecutor,
+    embedder: Embedder | None,
+    on_result: Callable[[ScenarioResult], None] | None = None,
+) -> list[ScenarioResult]:
+    """Load the evidence of all ``scenarios`` into one database, then ask each question over all
+    of it and score the answer; ``on_result`` sees each result as it comes."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="sba-eval-") as scratch:
+        sql_path = Path(scratch) / "business.sqlite3"
+        problems = load_shared_evidence(scenarios, embedder=embedder, sql_path=sql_path)
+        evidence = ScenarioEvidence(
+            sql_url=f"sqlite:///{sql_path}" if any(s.tables for s in scenarios) else None,
+            runbooks=any(s.runbooks is not None for s in scenarios),
+            embedder=embedder,
+        )
+        for scenario in scenarios:
+            result = score(scenario, execute(scenario.question, evidence), list(problems))
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+    return results
+
+
+def score(scenario: Scenario, executed: Executed, problems: list[str]) -> ScenarioResult:
+    """How the run answered the scenario: ``problems`` (of loading its evidence) and every way
+    the answer misses what the scenario expects."""
     result = executed.result
     payload = dict(result.content.payload) if result.content is not None else {}
     outcome = "diagnosed" if result.outcome.value == "success" and payload.get("root_cause") else "fallback"
@@ -273,17 +361,13 @@ def run_scenario(scenario: Scenario, *, execute: ScenarioExecutor, embedder: Emb
     quotes = [e["quote"] for f in payload.get("findings") or [] for e in f.get("evidence") or []]
     valid = sum(1 for q in quotes if _quote_found(q, executed))
     called = list(dict.fromkeys(tool for tool, _ in executed.calls))
-    tool_calls = len(executed.calls)
-    seconds = executed.seconds
     expect = scenario.expect
-    hit = all(k.lower() in root_cause.lower() for k in expect.root_cause) if expect.outcome == "diagnosed" else True
+    phrases_missing = [k for k in expect.root_cause if k.lower() not in root_cause.lower()]
     missing = [t for t in expect.tools if t not in called]
     if outcome != expect.outcome:
         problems.append(f"expected {expect.outcome}, got {outcome}")
-    if outcome == "diagnosed" and not hit:
-        problems.append(
-            "root cause misses: " + ", ".join(k for k in expect.root_cause if k.lower() not in root_cause.lower())
-        )
+    if outcome == "diagnosed" and expect.outcome == "diagnosed" and phrases_missing:
+        problems.append("root cause misses: " + ", ".join(phrases_missing))
     if missing:
         problems.append("tools not called: " + ", ".join(missing))
     if valid != len(quotes):
@@ -292,14 +376,15 @@ def run_scenario(scenario: Scenario, *, execute: ScenarioExecutor, embedder: Emb
         scenario=scenario,
         outcome=outcome,
         root_cause=root_cause,
-        root_cause_hit=hit and outcome == expect.outcome,
+        root_cause_hit=expect.outcome == outcome == "diagnosed" and not phrases_missing,
+        fallback_correct=expect.outcome == outcome == "fallback",
         citations=len(quotes),
         citations_valid=valid,
         tools_called=called,
-        tool_calls=tool_calls,
+        tool_calls=len(executed.calls),
         tools_missing=missing,
         tokens=result.usage.tokens,
-        seconds=seconds,
+        seconds=executed.seconds,
         fallback_reason=result.fallback_reason,
         problems=problems,
     )

@@ -7,6 +7,12 @@ ERROR …``), Monolog (``[2026-11-30 10:02:00] payment-service.ERROR: …``), sy
 msg="…"``). Levels are normalised to the names of :mod:`harness.logs` and timestamps to aware
 UTC. Lines that continue an entry (stack traces) are folded into it. A line that cannot be
 parsed is a :class:`LineError`, never an exception.
+
+A line that states no level (plain container output, ``print``, a JSON line without a level
+field) gets the level its content shows (:func:`infer_level`): ``[Errno 28] No space left on
+device`` is an error whatever wrote it, and a stack trace folded into an entry is one too. Such
+an entry carries ``attributes["level_inferred"] = True``, so it stays told apart from a level the
+line stated; a stated level is never changed.
 """
 
 from __future__ import annotations
@@ -28,12 +34,14 @@ from harness.logs import LEVEL_ALIASES, LEVELS
 from knowledge.models import LogEntry
 
 __all__ = [
+    "LEVEL_INFERRED",
     "MAX_LINE_BYTES",
     "MAX_MESSAGE_CHARS",
     "UNKNOWN_SERVICE",
     "LineError",
     "ParsedLine",
     "Readable",
+    "infer_level",
     "normalise_level",
     "open_log",
     "parse_file",
@@ -66,6 +74,44 @@ _LEVEL_WORDS = {
 }
 # syslog severities 0–7 (the PRI value modulo 8)
 _SYSLOG_SEVERITY = ("FATAL", "FATAL", "FATAL", "ERROR", "WARN", "INFO", "INFO", "DEBUG")
+
+#: The attribute that marks an entry whose level was read from its content, not stated.
+LEVEL_INFERRED = "level_inferred"
+
+# What a failure reads like, whatever wrote it, most severe first.
+_FATAL_CONTENT = re.compile(
+    r"\b(fatal|panic(ked)?|segmentation\s+fault|segfault|core\s+dumped|oomkilled|oom[- ]kill(ed|er)?|"
+    r"out\s+of\s+memory)\b",
+    re.IGNORECASE,
+)
+_ERROR_CONTENT = re.compile(
+    r"Traceback \(most recent call last\)|\[Errno\s+\d+\]|"
+    # exception and error class names: NameResolutionError, java.net.ConnectException, OSError
+    r"\b(?:[a-z_$][\w$]*\.)*[A-Z][\w$]*(?:Error|Exception)\b|"
+    r"\b(?:ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|ENOSPC|ENOENT|EACCES|EPERM|EPIPE|EHOSTUNREACH|"
+    r"ENETUNREACH|EAI_AGAIN|EMFILE|ENOMEM|EADDRINUSE|EROFS|EDQUOT)\b|"
+    r"\b(?:refused|denied|undefined|expired|unreachable|killed|no\s+space|cannot|can't|unable\s+to|"
+    r"could\s+not|couldn't|failed|failure|timed\s+out|timeout(?!\s*[=:]?\s*\d))\b|"
+    r"\bexit(?:ed)?\s+(?:with\s+)?(?:code|status)?\s*[1-9]\d*\b|"
+    # the word error, but not "no errors", "0 errors", "error_count=0", "errors: 0"
+    r"(?<!\bno\s)(?<!\b0\s)(?<!without\s)\berrors?\b(?!\s*[=:]\s*0\b)(?![_-])",
+    re.IGNORECASE,
+)
+_WARN_CONTENT = re.compile(r"\b(warning|deprecated|retrying)\b", re.IGNORECASE)
+
+
+def infer_level(text: str) -> str | None:
+    """The level a message shows by its content, for a line that states none: FATAL for a panic,
+    a fatal error or a process killed for memory; ERROR for a traceback, an exception or errno
+    name, something refused, denied, undefined, expired, out of space, killed, timed out or failed,
+    a non-zero exit code; WARN for a warning, a deprecation or a retry; else ``None``."""
+    if _FATAL_CONTENT.search(text):
+        return "FATAL"
+    if _ERROR_CONTENT.search(text):
+        return "ERROR"
+    if _WARN_CONTENT.search(text):
+        return "WARN"
+    return None
 
 
 def normalise_level(value: object) -> str | None:
@@ -100,6 +146,8 @@ class ParsedLine:
     line_number: int = 0
     #: following lines folded into this entry (a stack trace), kept as ``attributes["continuation"]``
     continued: int = 0
+    #: whether the line stated its level (else it is what its content shows, or INFO)
+    level_stated: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,9 +272,8 @@ def _from_fields(fields: dict[str, Any], default_service: str) -> ParsedLine:
         message = json.dumps(message_object, ensure_ascii=False, sort_keys=True)
     service = _take(rest, _SERVICE_KEYS, lambda v: isinstance(v, str | int) and str(v).strip() != "", str)
     raw_level = _take(rest, _LEVEL_KEYS, lambda v: isinstance(v, str | int | float) and not isinstance(v, bool))
-    level = normalise_level(raw_level) if raw_level is not None else "INFO"
-    if level is None:
-        level = "INFO"
+    level = normalise_level(raw_level) if raw_level is not None else None
+    if level is None and raw_level is not None:
         rest["raw_level"] = raw_level
     return _entry(ts, service or default_service, level, str(message), rest)
 
@@ -272,14 +319,25 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _entry(ts: datetime, service: str, level: str, message: str, attributes: dict[str, Any]) -> ParsedLine:
+def _entry(ts: datetime, service: str, level: str | None, message: str, attributes: dict[str, Any]) -> ParsedLine:
+    """The entry; ``level`` is the one the line states, ``None`` when it states none."""
     message = message.strip()
     if not message:
         raise _Unparsable("empty message")
     if len(message) > MAX_MESSAGE_CHARS:
         attributes["message_chars"] = len(message)
         message = message[:MAX_MESSAGE_CHARS]
-    return ParsedLine(ts, service.strip()[:_SERVICE_CHARS] or UNKNOWN_SERVICE, level, message, attributes)
+    stated = level is not None
+    if level is None and (level := infer_level(message)) is not None:
+        attributes[LEVEL_INFERRED] = True
+    return ParsedLine(
+        ts,
+        service.strip()[:_SERVICE_CHARS] or UNKNOWN_SERVICE,
+        level or "INFO",
+        message,
+        attributes,
+        level_stated=stated,
+    )
 
 
 # timestamps
@@ -379,7 +437,7 @@ def _from_iso(line: str, default_service: str) -> ParsedLine | None:
     if syslog is not None:
         return _syslog_entry(ts, syslog, None, default_service)
     service, level, message = _service_level_message(rest)
-    return _entry(ts, service or default_service, level or "INFO", message, {})
+    return _entry(ts, service or default_service, level, message, {})
 
 
 def _service_level_message(rest: str) -> tuple[str | None, str | None, str]:
@@ -465,7 +523,7 @@ def _syslog_entry(ts: datetime, m: re.Match[str], pri: str | None, default_servi
     elif pri is not None and int(pri) <= 191:
         level = _SYSLOG_SEVERITY[int(pri) % 8]
     tag = m["tag"] if m["tag"] != "-" else default_service
-    return _entry(ts, tag, level or "INFO", rest, attributes)
+    return _entry(ts, tag, level, rest, attributes)
 
 
 _LOGFMT_PAIR = re.compile(r'\s*(?P<key>[A-Za-z_@][\w.@/\-]*)=(?P<value>"(?:[^"\\]|\\.)*"|[^\s"]*)')
@@ -547,7 +605,11 @@ def parse_stream(
         if pending is None or not folded:
             return pending
         text = "\n".join(folded)[:MAX_MESSAGE_CHARS]
-        return replace(pending, attributes={**pending.attributes, "continuation": text}, continued=len(folded))
+        attributes = {**pending.attributes, "continuation": text}
+        level = pending.level
+        if not pending.level_stated and (shown := infer_level(text)) and LEVELS.index(shown) > LEVELS.index(level):
+            level, attributes[LEVEL_INFERRED] = shown, True  # a stack trace under an unlevelled line
+        return replace(pending, level=level, attributes=attributes, continued=len(folded))
 
     for number, raw in _raw_lines(stream, max_line_bytes):
         result: ParsedLine | str
@@ -565,7 +627,7 @@ def parse_stream(
             parsed = _parse(text, default_service=default_service, now=now, max_chars=max_line_bytes)
             result = parsed
             if isinstance(parsed, ParsedLine):
-                result = ParsedLine(parsed.ts, parsed.service, parsed.level, parsed.message, parsed.attributes, number)
+                result = replace(parsed, line_number=number)
         if (done := flush()) is not None:
             yield done
         pending, folded = None, []

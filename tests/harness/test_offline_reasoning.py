@@ -8,10 +8,12 @@ import random
 from datetime import UTC, datetime, timedelta
 
 from harness.inmemory import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
-from harness.llm.offline.evidence import ChangeRow, Pattern
+from harness.llm.offline.conversation import Conversation, Observation
+from harness.llm.offline.evidence import ChangeRow, Pattern, change_rows
 from harness.llm.offline.reasoning import Evidence, _blamed_services, _followed_by, _reports_elsewhere
 from harness.logs import log_template
 from harness.ports import KnowledgeChunk, LogLine
+from harness.tools.evidence import QUERY_MYSQL
 from tests.harness.test_offline import assert_verified_diagnosis, diagnose
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -217,3 +219,23 @@ def test_prefixed_ids_are_masked_in_log_templates() -> None:
     assert log_template("GET /v1/accounts/acc_77568041/balance 503") == "GET /v1/accounts/<*>/balance <*>"
     assert log_template("Booking bk_b67xulzdvp confirmed") == "Booking <*> confirmed"
     assert log_template("max_connections reached") == "max_connections reached"
+
+
+def test_a_change_row_quote_leaves_out_the_id_and_empty_cells() -> None:
+    """A table that holds rows of several shapes has empty cells: the quote is the row's text,
+    without its id, whether or not some of its cells are empty."""
+    conv = Conversation(question="why?", previous_turn=None, system="", tools={})
+    rows = [
+        [7, "payment-service", None, "pool.max", "40", "8", "2026-11-03 09:52:10"],
+        [8, None, "kube-system/coredns", "Corefile", "a", "b", "2026-11-03 09:53:10"],
+    ]
+    columns = ["id", "service", "target", "config_key", "old_value", "new_value", "changed_at"]
+    conv.observations.append(
+        Observation("c1", QUERY_MYSQL, {"sql": "SELECT * FROM config_changes"}, {"columns": columns, "rows": rows})
+    )
+
+    first, second = change_rows(conv)
+
+    assert first.quote == "payment-service pool.max 40 8 2026-11-03 09:52:10"
+    assert second.quote == "kube-system/coredns Corefile a b 2026-11-03 09:53:10"
+    assert first.is_change and second.at == datetime(2026, 11, 3, 9, 53, 10, tzinfo=UTC)

@@ -176,6 +176,85 @@ def test_offline_router_classifies(query: str, last_intent: str | None, expected
     assert classify(query, last_intent) == expected
 
 
+# A workload in a bad state, or an alert's name, is an incident whatever the question's first words.
+INCIDENTS = [
+    "What is the issue with pod payment-7f9c4?",
+    "What is the issue with pod X?",
+    "What's wrong with the checkout pods?",
+    "the pod never becomes Ready",
+    "The frontend pod never becomes ready after the rollout",
+    "Why has service X been performing poorly?",
+    "why has payment-service been performing poorly since Monday",
+    "payment-service is slow",
+    "The orders deployment keeps restarting",
+    "pods in namespace shop are stuck in Pending",
+    "my cronjob report-export failed last night",
+    "node worker-3 is NotReady",
+    "The catalog pods are being OOMKilled",
+    "pods evicted on node pool b",
+    "Our redis is down",
+    "Checkout API returns 503 errors",
+    "Is the ledger-api deployment healthy? its replicas mismatch",
+    "job nightly-billing has been failing for two days",
+    "the kafka consumer is lagging behind",
+    "users report the website is down",
+    "How do I fix the payment-service pod that is crashing right now?",
+    "Please look at the ledger-api deployment, its pods are crash looping",
+    "CrashLoopBackOff on billing-worker",
+    "ImagePullBackOff for the api deployment",
+    # alert names, alone or as an alerting system sends them
+    "KubePodCrashLooping",
+    "[FIRING:1] KubePodCrashLooping (payments/payment-api-6d9)",
+    "KubeDeploymentReplicasMismatch for deployment ledger-api",
+    "Alert KubeDeploymentReplicasMismatch fired",
+    "TargetDown on job node-exporter",
+    "NodeFilesystemAlmostOutOfSpace on ip-10-0-3-17",
+    "We got a HighErrorRate alert for checkout",
+    "payment-service 的 pod 一直重启",
+    "订单服务的容器一直未就绪",
+]
+# Documentation stays documentation, even about crashing pods or an alert: a runbook, how to
+# configure something, a definition, what any workload does.
+DOCUMENTATION = [
+    "What is our runbook for KubePodCrashLooping?",
+    "What is our runbook for pods stuck in Pending?",
+    "How do I configure liveness probes so a pod is not restarted too early?",
+    "What is CrashLoopBackOff?",
+    "What is KubePodCrashLooping?",
+    "What does it mean when a pod is Pending?",
+    "Why would a pod be evicted?",
+    "What are the common reasons a deployment fails to roll out?",
+    "Where can I find the documentation for the payment-service retries?",
+    "What is the escalation policy when the database is down?",
+    "How to set up alerts for slow services?",
+    "how do I restart a pod?",
+    "how do I roll back a deployment that is failing?",
+    "Explain the difference between a failing readiness probe and a failing liveness probe",
+    "How does the payment service handle refunds?",
+    "What is the retry policy of the checkout service?",
+    "What is the SLA of ledger-api?",
+    "The e-mail templates docs: how do I change the footer?",
+    "如何配置 pod 的就绪探针？",
+    "什么是 CrashLoopBackOff",
+]
+SMALL_TALK = ["hi there, thanks for the help", "hey", "thank you!", "what can you do?", "who are you?"]
+
+
+@pytest.mark.parametrize("query", INCIDENTS)
+def test_a_workload_in_a_bad_state_or_an_alert_is_an_incident(query: str) -> None:
+    assert classify(query) == "DIAGNOSIS"
+
+
+@pytest.mark.parametrize("query", DOCUMENTATION)
+def test_documentation_questions_about_workloads_and_alerts_stay_knowledge_questions(query: str) -> None:
+    assert classify(query) == "KNOWLEDGE_QUERY"
+
+
+@pytest.mark.parametrize("query", SMALL_TALK)
+def test_small_talk_stays_small_talk(query: str) -> None:
+    assert classify(query) == "SYSTEM_CHAT"
+
+
 @pytest.mark.parametrize("query", ["and what about the gateway?", "also check the inventory service"])
 def test_offline_follow_up_needs_a_previous_diagnosis(query: str) -> None:
     assert classify(query, "DIAGNOSIS") == "DIAGNOSIS"

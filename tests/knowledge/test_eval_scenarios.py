@@ -26,16 +26,21 @@ from django.conf import settings
 from chat.wiring import scenario_executor
 from harness.llm.base import Models
 from harness.llm.offline import OfflineAnalyst
+from knowledge.fixtures import Table
 from knowledge.models import Chunk, Document, LogEntry, Runbook
 from knowledge.scenarios import (
     SHIPPED_RUNBOOKS,
+    SHIPPED_SCENARIOS,
     Scenario,
     ScenarioError,
     clear_evidence,
     find_scenarios,
     load_evidence,
     load_scenario,
+    load_shared_evidence,
+    merge_columns,
     run_scenario,
+    run_shared,
 )
 from tests.e2e.conftest import database_url_for_children
 
@@ -223,6 +228,46 @@ def test_bad_tables_are_reported_as_a_problem(tmp_path: Path) -> None:
     assert len(problems) == 1 and "column id has type 'uuid'" in problems[0]
 
 
+def test_tables_of_one_name_with_different_columns_share_one_table_with_all_columns() -> None:
+    ours = Table("deployments", (("id", "integer"), ("service", "text"), ("at", "datetime")), ((1, "a", "t1"),), "ours")
+    theirs = Table("deployments", (("id", "integer"), ("target", "text"), ("at", "text")), ((2, "b", "t2"),))
+    other = Table("payments", (("id", "integer"),), ((7,),))
+
+    merged = {t.name: t for t in merge_columns([ours, theirs, other])}
+
+    assert merged["deployments"].columns == (("id", "integer"), ("service", "text"), ("at", "text"), ("target", "text"))
+    assert merged["deployments"].rows == ((1, "a", "t1", None), (2, None, "t2", "b"))
+    assert merged["deployments"].description == "ours"
+    assert merged["payments"] == other
+
+
+@pytest.mark.django_db
+def test_shared_evidence_is_every_scenarios_evidence_loaded_once(tmp_path: Path) -> None:
+    extra = write(
+        tmp_path / "search.jsonl",
+        '{"ts": "2026-05-10T11:05:00Z", "level": "WARN", "service": "search-service", "message": "slow shard"}\n',
+    )
+    other = variant(tmp_path, "other", logs=f"[{FIXTURES / 'logs' / 'inventory.jsonl'}, {extra}]")
+    sql_path = tmp_path / "b.sqlite3"
+
+    problems = load_shared_evidence(
+        [load_scenario(DIAGNOSED), load_scenario(FALLBACK), load_scenario(other)], embedder=None, sql_path=sql_path
+    )
+
+    assert problems == []
+    # inventory.jsonl is named by all three and stored once; the extra line is there too
+    assert LogEntry.objects.count() == 22
+    assert sorted(Document.objects.values_list("filename", flat=True)) == [
+        "checkout-faq.txt",
+        "inventory-service.md",
+    ]
+    assert Runbook.objects.exists()  # one scenario asks for the shipped runbooks: the database holds them
+    with sqlite3.connect(sql_path) as conn:
+        ids = [row[0] for row in conn.execute("SELECT id FROM config_changes")]
+    conn.close()
+    assert ids == [1, 2]  # tables.yaml is named twice and loaded once
+
+
 # --- running and scoring ---------------------------------------------------------------------
 # transaction=True: the tool boundary runs each tool on a worker thread with its own database
 # connection, which sees only committed rows.
@@ -251,6 +296,22 @@ def test_the_fallback_scenario_passes() -> None:
     assert result.root_cause == ""
     assert result.citations == 0
     assert "query_logs" in result.tools_called
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_a_shared_database_each_question_is_asked_over_every_scenarios_evidence() -> None:
+    seen: list[str] = []
+    results = run_shared(
+        [load_scenario(DIAGNOSED), load_scenario(FALLBACK)],
+        execute=scenario_executor(with_models=offline()),
+        embedder=None,
+        on_result=lambda r: seen.append(r.scenario.name),
+    )
+
+    assert seen == [r.scenario.name for r in results] == ["inventory-redis-pool", "no-cause"]
+    diagnosed, fallback = results
+    assert diagnosed.passed and diagnosed.root_cause_hit and not diagnosed.fallback_correct
+    assert fallback.passed and fallback.fallback_correct and not fallback.root_cause_hit
 
 
 @pytest.mark.django_db(transaction=True)
@@ -396,8 +457,39 @@ def test_the_command_prints_a_readable_table(
     assert "root cause hit: yes" in passed and "outcome: diagnosed" in passed
     failed = lines.index(next(line for line in lines if line.startswith("FAIL  missing-tool")))
     assert lines[failed + 1].strip() == "- tools not called: query_traces"
-    assert "1/2 scenarios passed; root cause hit 2/2" in done.stdout
+    assert "1/2 scenarios passed; root cause hit 2/2; correct fallback 0/0;" in done.stdout
     assert "1 of 2 scenarios missed" in done.stderr
+
+
+def test_root_cause_hits_and_correct_fallbacks_are_counted_apart(
+    command_env: dict[str, str], guarded_database: Any, tmp_path: Path
+) -> None:
+    wrong = variant(tmp_path, "wrong-cause", root_cause="[disk full]")
+    done = eval_command(DIAGNOSED, wrong, FALLBACK, env=command_env)
+    assert done.returncode != 0
+    lines = done.stdout.splitlines()
+    assert "correct fallback: yes" in next(line for line in lines if line.startswith("PASS  no-cause"))
+    assert "root cause hit: no" in next(line for line in lines if line.startswith("FAIL  wrong-cause"))
+    # a fallback is not a root cause found: three scenarios, two of them diagnosable
+    assert "2/3 scenarios passed; root cause hit 1/2; correct fallback 1/1;" in done.stdout
+
+
+def test_the_command_evaluates_in_a_shared_database(
+    command_env: dict[str, str], guarded_database: Any, tmp_path: Path
+) -> None:
+    before = guarded_database()
+    done = eval_command(FIXTURES, "--shared", "--json", env=command_env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["shared"] is True and report["passed"] == report["total"] == 2
+    assert (report["root_cause_hits"], report["diagnosable"]) == (1, 1)
+    assert (report["correct_fallbacks"], report["fallbacks_expected"]) == (1, 1)
+
+    text = eval_command(FIXTURES, "--shared", env=command_env)
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.splitlines()[0] == "one database holds the evidence of all 2 scenarios"
+    assert guarded_database() == before
+    assert list((tmp_path / "var" / "eval").glob("*")) == []
 
 
 def test_the_command_reports_a_bad_scenario_file_clearly(
@@ -451,6 +543,87 @@ def test_incidents_unlike_the_demo_set_are_diagnosed(command_env: dict[str, str]
     report = json.loads(result.stdout)
     assert report["total"] == 5 and report["passed"] == 5
     assert all(s["citations_valid"] == s["citations"] for s in report["scenarios"])
+
+
+# In one database holding every incident's evidence, these are not diagnosed as alone (strict:
+# a fix makes the test fail until its entry is removed).
+_UNDATED = (
+    "the question gives a time of day without a date; it is resolved to the day with the most "
+    "evidence around that hour, which here is another incident's day"
+)
+SHARED_KNOWN_FAILURES = {
+    "cache-stampede": _UNDATED + " (the payment incident's, also at 10:00)",
+    "slow-query-after-deploy": _UNDATED + " (the payment incident's, whose noise begins at 09:40)",
+    "unexplained-errors": _UNDATED + " (the waybill incident's), where a cause is found instead of none",
+    "sms-otp-rate-limit": _UNDATED + " (the booking incident's, also at 08:00)",
+    "no-evidence-latency": (
+        "no time is given, and 'slow' alone matches another incident's warnings: the subject the "
+        "question names (search) is not weighed against them"
+    ),
+    "booking-confirmer-lag": (
+        "an earlier booking-api error of the same day is taken as the symptom instead of the pending "
+        "bookings (likely: the broad query's templates are filled by other incidents' warnings, and the "
+        "incident window closes before the pending warnings begin)"
+    ),
+    "waybill-dns-nxdomain": (
+        "the right cause and change, but its config_changes names the component 'target' where the "
+        "other incidents say 'service': in the merged table that column comes last and falls past the "
+        "row quote's 240 characters, so 'coredns' is not in the root cause"
+    ),
+}
+SHARED_SCENARIOS = [*find_scenarios([SHIPPED_SCENARIOS]), *find_scenarios([REGRESSION])]
+
+
+@pytest.fixture(scope="module")
+def shared_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Every shipped and regression scenario evaluated once, with all their evidence in one
+    database (lexical retrieval), as `eval_scenarios --shared` runs them."""
+    var = tmp_path_factory.mktemp("shared-eval")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LLM_", "OPENAI_", "EMBEDDINGS_", "EVIDENCE_", "SBA_EVAL"))
+    }
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.test_settings",
+            "DATABASE_URL": f"sqlite:///{var / 'unused.sqlite3'}",
+            "VAR_DIR": str(var / "var"),
+            "EMBEDDINGS_PROVIDER": "none",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    done = eval_command("--shared", "--json", SHIPPED_SCENARIOS, REGRESSION, env=env, timeout=540)
+    assert done.stdout.strip(), done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["shared"] is True and report["total"] == len(SHARED_SCENARIOS)
+    return {s["name"]: s for s in report["scenarios"]}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            s.name,
+            marks=[pytest.mark.xfail(strict=True, reason=SHARED_KNOWN_FAILURES[s.name])]
+            if s.name in SHARED_KNOWN_FAILURES
+            else [],
+        )
+        for s in SHARED_SCENARIOS
+    ],
+)
+def test_each_incident_is_diagnosed_with_every_other_incident_in_the_database(
+    shared_report: dict[str, dict[str, Any]], name: str
+) -> None:
+    """Each incident's question over the evidence of all of them: the others are its noise."""
+    scenario = shared_report[name]
+    assert scenario["citations_valid"] == scenario["citations"]
+    assert scenario["passed"], scenario["problems"]
+
+
+def test_the_shared_known_failures_name_real_scenarios() -> None:
+    assert set(SHARED_KNOWN_FAILURES) <= {s.name for s in SHARED_SCENARIOS}
 
 
 INJECTION = (

@@ -14,10 +14,12 @@ from hypothesis import strategies as st
 
 from harness.logs import LEVEL_ALIASES, LEVELS, canonical_level, level_rank
 from knowledge.logs.parsing import (
+    LEVEL_INFERRED,
     MAX_LINE_BYTES,
     MAX_MESSAGE_CHARS,
     LineError,
     ParsedLine,
+    infer_level,
     normalise_level,
     parse_file,
     parse_line,
@@ -233,8 +235,102 @@ def test_the_parser_and_the_log_table_agree_with_the_harness_levels() -> None:
 
 def test_a_capitalised_first_word_is_message_not_level() -> None:
     line = parsed("2026-11-30T10:02:00Z Error connecting to db")
-    assert (line.level, line.message) == ("INFO", "Error connecting to db")
-    assert parsed("2026-11-30T10:02:00Z Error: connecting to db").level == "ERROR"
+    # the message is whole; its level is what it says, marked as read from the content
+    assert (line.level, line.message, line.level_stated) == ("ERROR", "Error connecting to db", False)
+    assert line.attributes == {LEVEL_INFERRED: True}
+    stated = parsed("2026-11-30T10:02:00Z Error: connecting to db")
+    assert (stated.level, stated.level_stated, dict(stated.attributes)) == ("ERROR", True, {})
+
+
+# --- a level from the content, for lines that state none -------------------------------------
+
+UNLEVELLED_FAILURES = [
+    ("[Errno 28] No space left on device", "ERROR"),
+    ("OSError: [Errno 28] No space left on device: '/data/export.csv'", "ERROR"),
+    ("java.net.ConnectException: Connection refused", "ERROR"),
+    ("Environment variable FOO is undefined", "ERROR"),
+    (
+        "urllib3.exceptions.NameResolutionError: <urllib3.connection.HTTPSConnection object>: "
+        "Failed to resolve 'api.example.com'",
+        "ERROR",
+    ),
+    ("Traceback (most recent call last):", "ERROR"),
+    ("permission denied while trying to connect to the Docker daemon socket", "ERROR"),
+    ("x509: certificate has expired", "ERROR"),
+    ("connect ECONNREFUSED 10.0.0.7:5432", "ERROR"),
+    ("Killed", "ERROR"),
+    ("container exited with code 137", "ERROR"),
+    ("request to ledger timed out after 30s", "ERROR"),
+    ("Timeout waiting for a connection from the pool", "ERROR"),
+    ("upload failed: disk quota", "ERROR"),
+    ("could not open config file /etc/app.yaml", "ERROR"),
+    ("the worker hit a fatal error and stopped", "FATAL"),
+    ("panicked at 'index out of bounds', src/main.rs:10:5", "FATAL"),
+    ("Last state: Terminated, Reason: OOMKilled, Exit Code: 137", "FATAL"),
+    ("DeprecationWarning: the 'fork' start method is deprecated", "WARN"),
+    ("retrying in 5 s (attempt 2 of 5)", "WARN"),
+]
+UNLEVELLED_ORDINARY = [
+    "Listening on 0.0.0.0:8080",
+    "Server started in 3.2 s with timeout=30s",
+    "processed 120 items, 0 errors",
+    "no errors found",
+    "error_count=0 warnings=0",
+    "process exited with code 0",
+    "Registered 12 routes",
+    "GET /healthz 200 1ms",
+]
+
+
+@pytest.mark.parametrize(("message", "level"), UNLEVELLED_FAILURES)
+def test_a_line_without_a_level_gets_the_level_its_content_shows(message: str, level: str) -> None:
+    assert infer_level(message) == level
+    for text in (f"2026-11-30T10:02:00Z {message}", json.dumps({"ts": "2026-11-30T10:02:00Z", "log": message})):
+        line = parsed(text)
+        assert (line.level, line.message, line.level_stated) == (level, message, False), text
+        assert line.attributes[LEVEL_INFERRED] is True
+
+
+@pytest.mark.parametrize("message", UNLEVELLED_ORDINARY)
+def test_a_line_without_a_level_or_a_failure_stays_info_unmarked(message: str) -> None:
+    assert infer_level(message) is None
+    line = parsed(f"2026-11-30T10:02:00Z {message}")
+    assert (line.level, line.level_stated) == ("INFO", False)
+    assert LEVEL_INFERRED not in line.attributes
+
+
+def test_a_stated_level_is_never_changed_by_the_content() -> None:
+    for text in (
+        "2026-11-30T10:02:00Z INFO payment-service retry budget refused: Connection refused (expected in tests)",
+        json.dumps({"ts": "2026-11-30T10:02:00Z", "level": "debug", "msg": "java.net.ConnectException: refused"}),
+        "<14>Nov 30 10:02:00 host app[1]: [Errno 28] No space left on device",  # the priority says info
+    ):
+        line = parsed(text)
+        assert line.level in ("INFO", "DEBUG") and line.level_stated, text
+        assert LEVEL_INFERRED not in line.attributes
+
+
+def test_an_unknown_level_word_is_kept_and_the_content_decides() -> None:
+    line = parsed(json.dumps({"ts": "2026-11-30T10:02:00Z", "level": "BANANA", "msg": "Connection refused"}))
+    assert (line.level, dict(line.attributes)) == ("ERROR", {"raw_level": "BANANA", LEVEL_INFERRED: True})
+
+
+def test_a_stack_trace_under_an_unlevelled_line_makes_it_an_error(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "worker.log",
+        b"2026-11-30T10:02:00Z worker: handling job 42\n"
+        b"Traceback (most recent call last):\n"
+        b'  File "job.py", line 3, in run\n'
+        b"KeyError: 'customer'\n"
+        b"2026-11-30T10:02:01Z INFO worker: handling job 43\n"
+        b"Traceback (most recent call last):\n"
+        b"KeyError: 'customer'\n",
+    )
+    first, second = list(parse_file(path))
+    assert isinstance(first, ParsedLine) and isinstance(second, ParsedLine)
+    assert (first.level, first.attributes[LEVEL_INFERRED], first.continued) == ("ERROR", True, 3)
+    assert (second.level, second.level_stated) == ("INFO", True)  # stated INFO stays INFO
+    assert LEVEL_INFERRED not in second.attributes
 
 
 def test_an_unknown_level_word_stays_in_the_plain_text_message() -> None:

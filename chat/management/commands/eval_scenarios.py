@@ -1,9 +1,10 @@
-"""``manage.py eval_scenarios [PATH...] [--json]``: how well do diagnoses come out?
+"""``manage.py eval_scenarios [PATH...] [--shared] [--json]``: how well do diagnoses come out?
 
 Runs scenario files (see ``knowledge/scenarios.py`` and the README) through the real chain, as
-the composition root builds it,
-and prints, per scenario and overall: root cause hit, outcome, citation validity, tool calls,
-tokens and time. Exits non-zero when a scenario misses.
+the composition root builds it, and prints, per scenario and overall: root cause hit (or, where
+the evidence shows no cause, a correct fallback), outcome, citation validity, tool calls, tokens
+and time. Exits non-zero when a scenario misses. Each scenario runs on its own evidence, or with
+``--shared`` on the evidence of all of them loaded together.
 
 It never touches the service's data: it re-runs itself against a scratch SQLite database that
 is created for the evaluation and deleted after it.
@@ -23,16 +24,26 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from knowledge.scenarios import SHIPPED_SCENARIOS, ScenarioError, ScenarioResult, find_scenarios, run_scenario
+from knowledge.scenarios import (
+    SHIPPED_SCENARIOS,
+    ScenarioError,
+    ScenarioResult,
+    find_scenarios,
+    run_scenario,
+    run_shared,
+)
 
 SCRATCH_FLAG = "SBA_EVAL_SCRATCH"
 
 
 def _row(r: ScenarioResult) -> str:
     mark = "PASS" if r.passed else "FAIL"
-    hit = "yes" if r.root_cause_hit else "no"
+    if r.scenario.expect.outcome == "fallback":
+        scored = f"correct fallback: {'yes' if r.fallback_correct else 'no'}"
+    else:
+        scored = f"root cause hit: {'yes' if r.root_cause_hit else 'no'}"
     return (
-        f"{mark}  {r.scenario.name:<34} root cause hit: {hit:<3}  outcome: {r.outcome:<9} "
+        f"{mark}  {r.scenario.name:<34} {scored:<21}  outcome: {r.outcome:<9} "
         f"citations: {r.citations_valid}/{r.citations}  tool calls: {r.tool_calls} "
         f"({', '.join(r.tools_called) or '-'})  tokens: {r.tokens}  time: {r.seconds * 1000:.0f} ms"
     )
@@ -43,6 +54,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("paths", nargs="*", metavar="PATH", help="scenario files or folders")
+        parser.add_argument(
+            "--shared",
+            action="store_true",
+            help="load every scenario's evidence into one database, then ask each question over all of it",
+        )
         parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -60,23 +76,35 @@ class Command(BaseCommand):
         from knowledge.backends import embedder
 
         execute = scenario_executor()
-        results = []
-        for scenario in scenarios:
-            result = run_scenario(scenario, execute=execute, embedder=embedder())
-            results.append(result)
+
+        def show(result: ScenarioResult) -> None:
+            if options["json"]:
+                return
+            self.stdout.write(_row(result))
+            for problem in result.problems:
+                self.stdout.write(f"      - {problem}")
+            if result.root_cause:
+                self.stdout.write(f"      root cause: {result.root_cause}")
+
+        if options["shared"]:
             if not options["json"]:
-                self.stdout.write(_row(result))
-                for problem in result.problems:
-                    self.stdout.write(f"      - {problem}")
-                if result.root_cause:
-                    self.stdout.write(f"      root cause: {result.root_cause}")
-        self._summary(results, as_json=options["json"])
+                self.stdout.write(f"one database holds the evidence of all {len(scenarios)} scenarios")
+            results = run_shared(scenarios, execute=execute, embedder=embedder(), on_result=show)
+        else:
+            results = []
+            for scenario in scenarios:
+                results.append(run_scenario(scenario, execute=execute, embedder=embedder()))
+                show(results[-1])
+        self._summary(results, as_json=options["json"], shared=options["shared"])
         if not all(r.passed for r in results):
             raise CommandError(f"{sum(not r.passed for r in results)} of {len(results)} scenarios missed")
 
-    def _summary(self, results: list[ScenarioResult], *, as_json: bool) -> None:
+    def _summary(self, results: list[ScenarioResult], *, as_json: bool, shared: bool) -> None:
         passed = sum(r.passed for r in results)
+        diagnosable = sum(r.scenario.expect.outcome == "diagnosed" for r in results)
         hits = sum(r.root_cause_hit for r in results)
+        fallbacks = len(results) - diagnosable
+        correct_fallbacks = sum(r.fallback_correct for r in results)
         citations = sum(r.citations for r in results)
         valid = sum(r.citations_valid for r in results)
         seconds = [r.seconds for r in results]
@@ -89,6 +117,7 @@ class Command(BaseCommand):
                                 "name": r.scenario.name,
                                 "passed": r.passed,
                                 "root_cause_hit": r.root_cause_hit,
+                                "fallback_correct": r.fallback_correct,
                                 "outcome": r.outcome,
                                 "expected_outcome": r.scenario.expect.outcome,
                                 "root_cause": r.root_cause,
@@ -105,6 +134,11 @@ class Command(BaseCommand):
                         ],
                         "passed": passed,
                         "total": len(results),
+                        "shared": shared,
+                        "root_cause_hits": hits,
+                        "diagnosable": diagnosable,
+                        "correct_fallbacks": correct_fallbacks,
+                        "fallbacks_expected": fallbacks,
                     },
                     ensure_ascii=False,
                     indent=2,
@@ -112,7 +146,8 @@ class Command(BaseCommand):
             )
             return
         self.stdout.write(
-            f"\n{passed}/{len(results)} scenarios passed; root cause hit {hits}/{len(results)}; "
+            f"\n{passed}/{len(results)} scenarios passed; root cause hit {hits}/{diagnosable}; "
+            f"correct fallback {correct_fallbacks}/{fallbacks}; "
             f"citations valid {valid}/{citations}; tokens {sum(r.tokens for r in results)}; "
             f"median time {statistics.median(seconds) * 1000:.0f} ms"
         )
@@ -126,7 +161,8 @@ class Command(BaseCommand):
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         try:
             subprocess.run([*manage, "migrate", "--verbosity", "0"], env=env, check=True)  # noqa: S603
-            command = [*manage, "eval_scenarios", *map(str, paths)] + (["--json"] if options["json"] else [])
+            flags = [f"--{name}" for name in ("shared", "json") if options[name]]
+            command = [*manage, "eval_scenarios", *map(str, paths), *flags]
             status = subprocess.run(command, env=env, check=False).returncode  # noqa: S603
         finally:
             for suffix in ("", "-wal", "-shm", "-journal"):

@@ -207,6 +207,10 @@ def knowledge_passages(conv: Conversation, focus: AbstractSet[str], *, minimum: 
     return out
 
 
+def _is_scalar(value: Any) -> bool:
+    return value is not None and not isinstance(value, dict | list)
+
+
 def change_rows(conv: Conversation) -> list[ChangeRow]:
     """The rows of every ``query_mysql`` result, but those with text addressed to an assistant."""
     out = []
@@ -221,10 +225,11 @@ def change_rows(conv: Conversation) -> list[ChangeRow]:
             cells = [c for c, _ in scalar_leaves(row)]
             if any(looks_like_instruction(c) for c in cells):
                 continue
-            # Quote from the first descriptive cell to the last whole one (ids say nothing).
-            start = 1 if columns and columns[0].lower() in ("id", "pk") and len(cells) == len(row) else 0
+            # Quote from the first descriptive cell to the last whole one (ids say nothing; empty
+            # cells are no text at all).
+            has_id = bool(columns) and columns[0].lower() in ("id", "pk") and bool(row) and _is_scalar(row[0])
             whole = []
-            for cell in cells[start:]:
+            for cell, _ in scalar_leaves(row[1:] if has_id else row):
                 if cell.endswith("[truncated]"):
                     break
                 whole.append(cell)

@@ -314,7 +314,9 @@ DIAGNOSIS_CUES = re.compile(
     re.IGNORECASE,
 )
 INVESTIGATE_CUES = re.compile(
-    r"\b(investigate|diagnose|troubleshoot|root\s+cause|what\s+happened|why\s+(is|are|did|does|do|was|were)|"
+    r"\b(investigate|diagnose|troubleshoot|root\s+cause|what\s+happened|what'?s\s+(wrong|going\s+on|happening)|"
+    r"why\s+(is|are|did|does|do|was|were|has|have|isn'?t|aren'?t|doesn'?t|won'?t|can'?t|hasn'?t|haven'?t)|"
+    r"how\s+come|"
     r"figure\s+out|look\s+into|debug)\b|排查|诊断|定位|根因|原因|怎么回事|为什么",
     re.IGNORECASE,
 )
@@ -330,6 +332,65 @@ KNOWLEDGE_CUES = re.compile(
     r"guide|runbook|meaning\s+of|define|definition)\b|如何|怎么(做|配置|设置|处理)|怎样|什么是|是什么|介绍|解释|文档|流程|规范|步骤|最佳实践",
     re.IGNORECASE,
 )
+#: Something that runs and can be in a bad state: Kubernetes objects, hosts, the usual
+#: components, and service-like names (``payment-service``, ``ledger-api``).
+WORKLOAD_CUES = re.compile(
+    r"(?<![\w-])(pods?|deployments?|statefulsets?|daemonsets?|replicasets?|replicas?|jobs?|cron\s*jobs?|"
+    r"nodes?|containers?|namespaces?|ingress(es)?|clusters?|services?|svc|microservices?|apps?|"
+    r"applications?|apis?|endpoints?|instances?|hosts?|servers?|vms?|workers?|consumers?|producers?|"
+    r"queues?|brokers?|databases?|dbs?|caches?|websites?|sites?|kubelet|etcd|coredns|kafka|redis|"
+    r"mysql|mariadb|postgres(ql)?|nginx|envoy|elasticsearch|rabbitmq|"
+    r"[a-z][a-z0-9]*(?:-[a-z0-9]+)+)(?![\w-])|服务|容器|节点|集群|数据库|实例|接口|任务",
+    re.IGNORECASE,
+)
+#: The article before a workload that makes it any workload, not one that is in trouble now.
+GENERIC_WORKLOAD = re.compile(r"\b(a|an|any|every|each)\s+\S+\s*$", re.IGNORECASE)
+#: A bad state of a workload, in the words of an engineer or of Kubernetes.
+BAD_STATE_CUES = re.compile(
+    r"\b(crash(es|ed|ing)?|crash\s*loop(ing)?|crashloopbackoff|restart(s|ed|ing)|keeps?\s+restarting|"
+    r"(not|never|isn'?t|aren'?t|won'?t|doesn'?t|never\s+(becomes?|gets?|goes))\s+ready|notready|unready|"
+    r"fail(s|ed|ing|ures?)?|slow(ness|er|ly)?|down|errors?|erroring|perform(ing|s|ed)?\s+(poorly|badly)|"
+    r"poor\s+performance|degraded|pending|stuck|evicted|oom(killed)?|out\s+of\s+memory|killed|"
+    r"terminated|unhealthy|unavailable|unreachable|unresponsive|hang(s|ing)?|hung|time[ds]?\s*out|"
+    r"timing\s+out|timeouts?|latency|back-?off|imagepullbackoff|errimagepull|throttl(ed|ing)|flapping|"
+    r"5\d\d|not\s+(working|responding|starting|running|scheduled|scheduling|healthy)|"
+    r"(won'?t|doesn'?t|can'?t|cannot|fails?\s+to)\s+(start|connect|reach|schedule|run)|"
+    r"issues?|problems?|wrong|broken|trouble|high\s+(cpu|memory|load|latency|error\s+rate)|"
+    r"spik(e|es|ed|ing)|mismatch(ed)?|lag(ging)?|backlog|leak(s|ing)?|exhausted|saturated|full|"
+    r"refused|rejected|expired|dropp(ed|ing))\b|"
+    r"重启|崩溃|未就绪|没有就绪|驱逐|卡住|报错|失败|超时|很慢|变慢|不可用|挂了|宕机|异常|内存溢出",
+    re.IGNORECASE,
+)
+#: An alert's name: CamelCase, from an alerting rule set (``KubePodCrashLooping``,
+#: ``KubeDeploymentReplicasMismatch``, ``TargetDown``, ``NodeFilesystemAlmostOutOfSpace``).
+ALERT_NAME = re.compile(
+    r"\b(?:(?:Kube|Alert|High|Low)[A-Z][A-Za-z0-9]+|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)*?"
+    r"(?:Down|Failing|Failed|Failures?|Firing|High|Low|Mismatch|CrashLooping|NotReady|Unavailable|"
+    r"Unreachable|Unhealthy|Errors?|ErrorRate|Latency|Full|OutOfSpace|OutOfMemory|Throttling|Pending|"
+    r"Stuck|Lag|Restarting|Expiring|Expired|Expiry|Degraded|Overcommit|Saturated|Exhausted|Missing|"
+    r"Absent|Timeouts?|BackOff|Backoff|Killed|Flapping))\b"
+)
+#: Documentation, whatever it is about: "what is our runbook for …", "how do I configure …".
+DOCUMENTATION_CUES = re.compile(
+    r"\b(runbooks?|playbooks?|documentation|docs?|wiki|procedures?|polic(y|ies)|guides?|guidelines?|"
+    r"best\s+practices?|sop|checklists?|configure|configuring|configuration\s+of|set\s+up|install|"
+    r"difference\s+between|meaning\s+of|define|definition|in\s+general|generally|typically|"
+    r"(common|typical|usual|possible)\s+(reasons?|causes?))\b|如何配置|文档|流程|规范|最佳实践",
+    re.IGNORECASE,
+)
+#: How-to questions: documentation unless they name the workload that is in trouble.
+HOW_TO_CUES = re.compile(
+    r"\b(how\s+(do|does|can|should|would)\s+(i|we|you|one)|how\s+to|steps?\s+to|explain|"
+    r"what\s+does\s+.+\s+mean|where\s+(can|do)\s+(i|we)\s+find)\b|如何|怎么(做|处理)|怎样",
+    re.IGNORECASE,
+)
+#: "What is X?" and nothing else: a definition.
+DEFINITION = re.compile(
+    r"^\s*(what\s+(is|are)|what'?s)\s+(an?\s+|the\s+)?[\w./:-]+(\s+[\w./:-]+){0,2}\s*\??\s*$|"
+    r"^\s*(什么是|\S{1,20}是什么)",
+    re.IGNORECASE,
+)
+
 CHAT_CUES = re.compile(
     r"^\s*(hi|hello|hey|thanks|thank\s+you|good\s+(morning|afternoon|evening)|yo|cheers)\b|"
     r"\b(who\s+are\s+you|what\s+can\s+you\s+do|what\s+are\s+you|your\s+capabilit|help\s+me\s+understand\s+what\s+you)|"
