@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from chat.stack import Stack, free_port
+from tests.django_fixtures import Caller
 from tests.webhook_receiver import Receiver, receiving
 
 
@@ -61,6 +64,30 @@ def running_stack(
         yield stack
     finally:
         stack.stop()
+
+
+@contextlib.contextmanager
+def supervising(stack: Stack) -> Iterator[Stack]:
+    """``stack`` supervised as ``manage.py serve`` supervises it: a child that dies is restarted."""
+    stop = threading.Event()
+    supervisor = threading.Thread(target=stack.supervise, args=(stop,), daemon=True)
+    supervisor.start()
+    try:
+        yield stack
+    finally:
+        stop.set()
+        supervisor.join()
+
+
+@contextlib.contextmanager
+def api_client(stack: Stack, caller: Caller) -> Iterator[httpx.Client]:
+    """An HTTP client of ``stack`` signed with ``caller``'s key, patient enough for a whole run."""
+    with httpx.Client(
+        base_url=stack.base_url,
+        headers={"Authorization": f"Bearer {caller.key}"},
+        timeout=httpx.Timeout(10, read=90),
+    ) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +23,7 @@ from httpx_sse import connect_sse
 
 from chat.stack import Stack
 from tests.django_fixtures import Caller
-from tests.e2e.conftest import running_stack
+from tests.e2e.conftest import api_client, running_stack, supervising
 from traces.models import Run
 
 DIAGNOSIS = "Payments are timing out since 10:00, please investigate"
@@ -45,24 +44,16 @@ pytestmark = pytest.mark.timeout(240)
 def supervised(
     django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    with running_stack(django_db_blocker, tmp_path_factory, env=UPKEEP, worker_concurrency=1) as stack:
-        stop = threading.Event()
-        supervisor = threading.Thread(target=stack.supervise, args=(stop,), daemon=True)
-        supervisor.start()
-        try:
-            yield stack
-        finally:
-            stop.set()
-            supervisor.join()
+    with (
+        running_stack(django_db_blocker, tmp_path_factory, env=UPKEEP, worker_concurrency=1) as stack,
+        supervising(stack),
+    ):
+        yield stack
 
 
 @pytest.fixture
 def api(supervised: Stack, alice: Caller) -> Iterator[httpx.Client]:
-    with httpx.Client(
-        base_url=supervised.base_url,
-        headers={"Authorization": f"Bearer {alice.key}"},
-        timeout=httpx.Timeout(10, read=90),
-    ) as client:
+    with api_client(supervised, alice) as client:
         yield client
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +19,7 @@ from httpx_sse import connect_sse
 
 from chat.stack import Stack, free_port
 from tests.django_fixtures import Caller
-from tests.e2e.conftest import running_stack
+from tests.e2e.conftest import api_client, running_stack, supervising
 from tests.e2e.test_faults import CHAT, UPKEEP, archived_done, ask, follow, row, the_end, wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -60,24 +59,14 @@ def own_redis_stack(
     with (
         celery_control_on(url),
         running_stack(django_db_blocker, tmp_path_factory, env=env, worker_concurrency=1, with_redis=True) as stack,
+        supervising(stack),
     ):
-        stop = threading.Event()
-        supervisor = threading.Thread(target=stack.supervise, args=(stop,), daemon=True)
-        supervisor.start()
-        try:
-            yield stack
-        finally:
-            stop.set()
-            supervisor.join()
+        yield stack
 
 
 @pytest.fixture
 def api(own_redis_stack: Stack, alice: Caller) -> Iterator[httpx.Client]:
-    with httpx.Client(
-        base_url=own_redis_stack.base_url,
-        headers={"Authorization": f"Bearer {alice.key}"},
-        timeout=httpx.Timeout(10, read=90),
-    ) as client:
+    with api_client(own_redis_stack, alice) as client:
         yield client
 
 
