@@ -327,3 +327,28 @@ def test_a_secret_that_cannot_be_unsealed_fails_the_delivery_without_sending(
     made = attempt(delivery)
 
     assert made.error == "secret_unreadable" and receiver.received == []
+
+
+def test_the_console_shows_a_runs_deliveries_and_redelivers_through_the_service(
+    alice: Caller, receiver: Receiver, nudges: list[Any]
+) -> None:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    run = ended_run(alice, webhook_url=receiver.url("/fail"))
+    delivery = WebhookDelivery.objects.get(run=run)
+    attempt(delivery)
+    WebhookDelivery.objects.filter(id=delivery.id).update(status=WebhookDelivery.Status.FAILED)
+    console = Client()
+    console.force_login(get_user_model().objects.create_superuser("hooks-admin", "h@example.com", "pw-hooks-1"))
+    page = console.get(f"/admin/traces/run/{run.id}/change/").content.decode()
+    assert "webhook attempt 1" in page and f'value="{delivery.id}"' in page
+    nudges.clear()
+
+    answer = console.post(f"/admin/traces/run/{run.id}/change/", {"redeliver": str(delivery.id)}, follow=True)
+
+    assert answer.status_code == 200 and b"scheduled for delivery again" in answer.content
+    assert WebhookDelivery.objects.get(id=delivery.id).status == WebhookDelivery.Status.PENDING
+    assert [d for d, _ in nudges] == [delivery.id]
+    other = console.post(f"/admin/traces/run/{run.id}/change/", {"redeliver": str(uuid.uuid4())}, follow=True)
+    assert b"No such delivery" in other.content
