@@ -95,7 +95,11 @@ def test_one_scrape_adds_up_what_every_process_counted(
     assert total(text, f"{PREFIX}_model_call_duration_seconds_count", provider="offline", status="ok") >= 4
     assert total(text, f"{PREFIX}_webhook_attempts_total", result="succeeded") == 4
     assert total(text, f"{PREFIX}_run_tasks_in_progress") == 0
-    assert {labels["queue"] for labels, _ in samples(text, f"{PREFIX}_queue_depth")} == {"runs", "webhooks"}
+    assert {labels["queue"] for labels, _ in samples(text, f"{PREFIX}_queue_depth")} == {
+        "runs",
+        "webhooks",
+        "knowledge",
+    }
     assert total(text, f"{PREFIX}_queue_depth", queue="runs") == 0
 
     # The web process executed none of it: the counts are the workers' own files, added up.
@@ -119,4 +123,8 @@ def test_readyz_sees_the_idle_runs_workers_answer(api: httpx.Client) -> None:
     assert ready["status"] == "ready"
     assert ready["checks"]["workers"]["ok"] is True
     assert ready["checks"]["workers"]["detail"] == {"answering": 2, "queue": "runs"}  # not the webhook worker
-    assert ready["checks"]["queue"] == {**ready["checks"]["queue"], "ok": True, "detail": {"runs": 0, "webhooks": 0}}
+    assert ready["checks"]["queue"] == {
+        **ready["checks"]["queue"],
+        "ok": True,
+        "detail": {"runs": 0, "webhooks": 0, "knowledge": 0},
+    }
