@@ -33,12 +33,10 @@ def celery_control_on(url: str) -> Iterator[None]:
     def reconnect(broker: str) -> None:
         # every cached way to the broker: the connection pool, the producers made from it, and
         # the remote control whose mailbox holds them (earlier tests may have made all three)
-        if app._pool is not None:
-            app._pool.force_close_all()
-            app._pool = None
-        if app.amqp._producer_pool is not None:
-            app.amqp._producer_pool.force_close_all()
-            app.amqp._producer_pool = None
+        # (dropped, not closed: kombu keeps producer pools per broker URL process-wide, and the
+        # default one must still work when it is picked up again afterwards)
+        app._pool = None
+        app.amqp._producer_pool = None
         app.__dict__.pop("control", None)
         app.conf.broker_url = broker
 
