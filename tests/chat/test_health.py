@@ -59,7 +59,7 @@ def test_readyz_reports_every_dependency(service: Any) -> None:
     assert checks["model_provider"]["detail"] == {"router": "offline", "agent": "offline", "guard": "offline"}
     assert checks["evidence"]["detail"] == {"source": "example"}
     assert checks["workers"]["detail"] == {"answering": 0, "queue": "runs"}
-    assert checks["queue"]["detail"] == {"runs": 0, "webhooks": 0}
+    assert checks["queue"]["detail"] == {"runs": 0, "webhooks": 0, "knowledge": 0}
 
 
 def test_healthz_is_ok_and_needs_no_key(service: Any) -> None:
@@ -185,5 +185,5 @@ def test_no_runs_worker_and_a_full_queue_are_reported_but_the_service_stays_read
     assert response.status_code == 200 and response.json()["status"] == "ready"
     checks = response.json()["checks"]
     assert checks["workers"]["ok"] is False and checks["workers"]["detail"]["answering"] == 0
-    assert checks["queue"]["ok"] is False and checks["queue"]["detail"] == {"runs": 2, "webhooks": 0}
+    assert checks["queue"]["ok"] is False and checks["queue"]["detail"] == {"runs": 2, "webhooks": 0, "knowledge": 0}
     assert all(checks[name]["ok"] for name in REQUIRED)

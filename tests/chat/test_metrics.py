@@ -229,7 +229,7 @@ def test_the_queue_depth_is_read_from_the_broker_at_each_scrape(alice: Caller) -
 
     found = families(scraped().content.decode())[f"{P}_queue_depth"]
 
-    assert {s.labels["queue"]: s.value for s in found.samples} == {"runs": 3.0, "webhooks": 0.0}
+    assert {s.labels["queue"]: s.value for s in found.samples} == {"runs": 3.0, "webhooks": 0.0, "knowledge": 0.0}
 
 
 def test_an_unreadable_broker_leaves_the_depth_out_and_the_rest_in(

@@ -67,7 +67,7 @@ def test_serve_prints_one_banner_and_the_children_write_to_their_logs(tmp_path: 
         f"  API      {url}/api/  (docs {url}/api/docs)",
         f"  admin    {url}/admin/",
         f"  metrics  {url}/metrics",
-        f"  logs     {logs}/  (web.log, worker-0.log, webhooks.log)",
+        f"  logs     {logs}/  (web.log, worker-0.log, webhooks.log, knowledge-0.log)",
         "Ctrl-C stops it.",
         "stopping…",
     ]
