@@ -80,12 +80,12 @@ def supervising(stack: Stack) -> Iterator[Stack]:
 
 
 @contextlib.contextmanager
-def api_client(stack: Stack, caller: Caller) -> Iterator[httpx.Client]:
+def api_client(stack: Stack, caller: Caller, *, read_s: float = 90) -> Iterator[httpx.Client]:
     """An HTTP client of ``stack`` signed with ``caller``'s key, patient enough for a whole run."""
     with httpx.Client(
         base_url=stack.base_url,
         headers={"Authorization": f"Bearer {caller.key}"},
-        timeout=httpx.Timeout(10, read=90),
+        timeout=httpx.Timeout(10, read=read_s),
     ) as client:
         yield client
 

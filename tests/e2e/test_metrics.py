@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from chat.metrics import PREFIX
 from chat.stack import Stack
 from tests.django_fixtures import Caller
-from tests.e2e.conftest import reaching, running_stack
+from tests.e2e.conftest import api_client, reaching, running_stack
 from tests.e2e.test_streams import wait_terminal
 from tests.webhook_receiver import Receiver
 
@@ -37,8 +37,7 @@ def metered_stack(
 
 @pytest.fixture
 def api(metered_stack: Stack, alice: Caller) -> Iterator[httpx.Client]:
-    headers = {"Authorization": f"Bearer {alice.key}"}
-    with httpx.Client(base_url=metered_stack.base_url, headers=headers, timeout=httpx.Timeout(10, read=60)) as client:
+    with api_client(metered_stack, alice, read_s=60) as client:
         yield client
 
 

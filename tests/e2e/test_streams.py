@@ -13,6 +13,7 @@ from httpx_sse import ServerSentEvent, connect_sse
 
 from chat.stack import Stack
 from tests.django_fixtures import Caller
+from tests.e2e.conftest import api_client
 from traces.models import AgentStep, Run, ToolInvocation
 
 DIAGNOSIS = "Payments are timing out since 10:00, please investigate"
@@ -21,11 +22,7 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture
 def api(live_stack: Stack, alice: Caller) -> Iterator[httpx.Client]:
-    with httpx.Client(
-        base_url=live_stack.base_url,
-        headers={"Authorization": f"Bearer {alice.key}"},
-        timeout=httpx.Timeout(10, read=60),
-    ) as client:
+    with api_client(live_stack, alice, read_s=60) as client:
         yield client
 
 
