@@ -41,6 +41,7 @@ __all__ = [
     "level_name",
     "level_rank",
     "log_template",
+    "workload_of",
 ]
 
 # --- levels --------------------------------------------------------------------------------
@@ -71,6 +72,24 @@ def level_rank(level: str | None) -> int:
 def level_name(rank: int) -> Level:
     """The name of a stored rank; INFO for a rank no level has."""
     return LEVELS[rank] if 0 <= rank < len(LEVELS) else "INFO"
+
+
+# --- workloads -----------------------------------------------------------------------------
+
+#: The random parts Kubernetes appends to the names of the pods it creates: the pod template
+#: hash of a Deployment's ReplicaSet, then five characters. Both are drawn from an alphabet
+#: without vowels (``bcdfghjklmnpqrstvwxz2456789``), so no word of a workload's own name
+#: ("redis", "api") is ever taken for one.
+_GENERATED = "[bcdfghjklmnpqrstvwxz2456789]"
+_POD_SUFFIX = re.compile(rf"^(?P<workload>[a-z0-9][a-z0-9.-]*?)(?:-{_GENERATED}{{6,10}})?-{_GENERATED}{{5}}$")
+
+
+def workload_of(name: str) -> str:
+    """The workload a pod's name belongs to: ``checkout-api-7d9f8b6c5d-xk2p9`` → ``checkout-api``
+    (a Deployment's pod), ``nightly-export-x7k2q`` → ``nightly-export`` (a Job's or DaemonSet's);
+    any other name is returned unchanged (a StatefulSet's ``redis-0`` names itself)."""
+    match = _POD_SUFFIX.match(name)
+    return match.group("workload") if match else name
 
 
 #: The levels of a failure: a few of the rarer templates at these levels are always kept.

@@ -1,6 +1,7 @@
 """Parsing log files: one :class:`ParsedLine` per entry, or a :class:`LineError` per bad line.
 
-JSON lines with the usual field names, and the common plain-text formats: ISO-8601 first
+JSON lines with the usual field names (Kubernetes Event objects too, see
+:func:`_kubernetes_event`), and the common plain-text formats: ISO-8601 first
 (``2026-11-30T10:02:00Z ERROR payment-service …``, ``2026-11-30 10:02:00,123 [payment-service]
 ERROR …``), Monolog (``[2026-11-30 10:02:00] payment-service.ERROR: …``), syslog (RFC 3164
 ``Nov 30 10:02:00 host service[123]: …`` and RFC 5424) and logfmt (``ts=… level=… service=…
@@ -30,7 +31,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.logs import LEVEL_ALIASES, LEVELS
+from harness.logs import LEVEL_ALIASES, LEVELS, workload_of
 from knowledge.models import LogEntry
 
 __all__ = [
@@ -259,7 +260,7 @@ def _from_json(line: str, default_service: str) -> ParsedLine:
 
 def _from_fields(fields: dict[str, Any], default_service: str) -> ParsedLine:
     """An entry from named fields (JSON or logfmt); every unused field goes to attributes."""
-    rest = dict(fields)
+    rest = _kubernetes_event(fields) or dict(fields)
     raw_ts = _take(rest, _TS_KEYS, lambda v: isinstance(v, str | int | float) and not isinstance(v, bool))
     if raw_ts is None:
         raise _Unparsable("no timestamp field")
@@ -276,6 +277,47 @@ def _from_fields(fields: dict[str, Any], default_service: str) -> ParsedLine:
     if level is None and raw_level is not None:
         rest["raw_level"] = raw_level
     return _entry(ts, service or default_service, level, str(message), rest)
+
+
+_EVENT_TIMES = ("lastTimestamp", "eventTime", "deprecatedLastTimestamp", "firstTimestamp")
+_EVENT_LEVELS = {"warning": "WARN", "normal": "INFO"}
+
+
+def _kubernetes_event(fields: dict[str, Any]) -> dict[str, Any] | None:
+    """A Kubernetes Event object (``kubectl get events -o json | jq -c '.items[]'``, core/v1 or
+    events.k8s.io/v1) in the usual field names, or ``None`` for any other object.
+
+    Its time is when it last happened; ``Warning`` is WARN and ``Normal`` INFO; the service is
+    the workload of the object it is about (``checkout-api-7d9f8b6c5d-xk2p9`` →
+    ``checkout-api``), and the message leads with the reason, as ``kubectl get events`` shows
+    both (``BackOff: Back-off restarting failed container``). The object's kind, name and
+    namespace, the count and the reporting component are kept as attributes.
+    """
+    about = fields.get("involvedObject", fields.get("regarding"))
+    reason, note = fields.get("reason"), fields.get("message", fields.get("note"))
+    if not isinstance(about, dict) or not isinstance(reason, str) or not isinstance(note, str):
+        return None
+    metadata = fields.get("metadata") if isinstance(fields.get("metadata"), dict) else {}
+    times = [fields.get(key) for key in _EVENT_TIMES] + [metadata.get("creationTimestamp")]
+    ts = next((t for t in times if isinstance(t, str) and t), None)
+    name = str(about.get("name") or "")
+    source = fields.get("source") if isinstance(fields.get("source"), dict) else {}
+    out: dict[str, Any] = {
+        "timestamp": ts,
+        "message": f"{reason}: {note}" if note else reason,
+        "kind": about.get("kind"),
+        "object": name,
+        "namespace": about.get("namespace") or metadata.get("namespace"),
+        "reason": reason,
+        "count": fields.get("count"),
+        "component": fields.get("reportingComponent") or source.get("component"),
+    }
+    if name:
+        out["service"] = workload_of(name)
+    level = _EVENT_LEVELS.get(str(fields.get("type", "")).lower())
+    if level is not None:
+        out["level"] = level
+    return {k: v for k, v in out.items() if v not in (None, "")}
 
 
 def _take(

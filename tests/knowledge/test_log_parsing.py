@@ -197,6 +197,49 @@ def test_json_lines(record: dict[str, Any], expected: tuple[Any, ...]) -> None:
     assert fields(parsed(json.dumps(record), default_service="default-svc")) == expected
 
 
+def test_a_kubernetes_event_reads_as_its_workloads_line() -> None:
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "checkout-api-7d9f8b6c5d-xk2p9.17f3", "namespace": "shop"},
+        "involvedObject": {"kind": "Pod", "name": "checkout-api-7d9f8b6c5d-xk2p9", "namespace": "shop"},
+        "reason": "BackOff",
+        "message": "Back-off restarting failed container app in pod checkout-api-7d9f8b6c5d-xk2p9_shop",
+        "type": "Warning",
+        "count": 896,
+        "firstTimestamp": "2026-11-30T09:00:00Z",
+        "lastTimestamp": "2026-11-30T10:05:00Z",
+        "source": {"component": "kubelet", "host": "node-2"},
+    }
+    parsed = parse_line(json.dumps(event))
+
+    assert (parsed.ts, parsed.service, parsed.level) == (
+        datetime(2026, 11, 30, 10, 5, tzinfo=UTC),
+        "checkout-api",
+        "WARN",
+    )
+    assert parsed.message.startswith("BackOff: Back-off restarting failed container app")
+    assert parsed.attributes["object"] == "checkout-api-7d9f8b6c5d-xk2p9"
+    assert (parsed.attributes["namespace"], parsed.attributes["count"]) == ("shop", 896)
+    assert parsed.attributes["component"] == "kubelet"
+
+    # events.k8s.io/v1: "regarding" and "note", and a Normal event is INFO
+    newer = {
+        "regarding": {"kind": "Pod", "name": "nightly-export-x7k2q", "namespace": "batch"},
+        "reason": "Pulled",
+        "note": 'Successfully pulled image "registry.local/export:2.1"',
+        "type": "Normal",
+        "eventTime": "2026-11-30T10:00:00.000000Z",
+    }
+    pulled = parse_line(json.dumps(newer))
+    assert (pulled.service, pulled.level) == ("nightly-export", "INFO")
+    assert pulled.message == 'Pulled: Successfully pulled image "registry.local/export:2.1"'
+
+    # an object that merely has a "reason" is no event
+    plain = parse_line(json.dumps({"ts": "2026-11-30T10:00:00Z", "reason": "x", "message": "done"}))
+    assert plain.message == "done" and plain.attributes["reason"] == "x"
+
+
 @pytest.mark.parametrize(
     ("word", "level"),
     [
