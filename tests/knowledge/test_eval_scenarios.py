@@ -552,7 +552,6 @@ _UNDATED = (
     "evidence around that hour, which here is another incident's day"
 )
 SHARED_KNOWN_FAILURES = {
-    "cache-stampede": _UNDATED + " (the payment incident's, also at 10:00)",
     "slow-query-after-deploy": _UNDATED + " (the payment incident's, whose noise begins at 09:40)",
     "unexplained-errors": _UNDATED + " (the waybill incident's), where a cause is found instead of none",
     "sms-otp-rate-limit": _UNDATED + " (the booking incident's, also at 08:00)",

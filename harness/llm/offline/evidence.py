@@ -73,6 +73,8 @@ class Pattern:
     call_id: str
     #: from a query over a time window rather than over all the logs
     windowed: bool = False
+    #: the table of the state row this stands for (``pod_status``), or ``""`` for a log template
+    table: str = ""
 
     @property
     def rank(self) -> int:
@@ -111,6 +113,8 @@ class ChangeRow:
     words: frozenset[str]
     #: from a table that records changes (by its name or its columns), not a business table
     is_change: bool
+    #: the table queried (``""`` when the statement names none plainly)
+    table: str = ""
 
 
 def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
@@ -239,5 +243,15 @@ def change_rows(conv: Conversation) -> list[ChangeRow]:
                 else " ".join(whole)
             )
             at = parse_ts(row[time_index]) if time_index is not None and time_index < len(row) else None
-            out.append(ChangeRow(obs.call_id, quote, columns, at, salient(" ".join(cells)), is_change))
+            out.append(
+                ChangeRow(
+                    obs.call_id,
+                    quote,
+                    columns,
+                    at,
+                    salient(" ".join(cells)),
+                    is_change,
+                    table.group(1) if table else "",
+                )
+            )
     return out

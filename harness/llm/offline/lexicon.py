@@ -44,6 +44,10 @@ GLOSSARY: dict[str, tuple[str, ...]] = {
     "耗尽": ("exhausted",), "泄漏": ("leak",), "击穿": ("stampede", "miss"), "雪崩": ("stampede", "avalanche"),
     "命中": ("hit",), "主从": ("replication", "replica"), "复制": ("replication",), "磁盘满": ("disk", "full"),
     "搜索": ("search",), "通知": ("notification",), "邮件": ("email", "mail", "smtp"),
+    "商品": ("product", "item", "catalog"), "详情": ("detail",), "页面": ("page",), "运单": ("waybill", "shipment"),
+    "会员": ("member", "membership"), "续费": ("renewal", "renew"), "短信": ("sms",), "验证码": ("otp", "code"),
+    "容器": ("container", "pod"), "节点": ("node",), "镜像": ("image",), "探针": ("probe",), "就绪": ("ready", "readiness"),
+    "存活": ("liveness",), "调度": ("schedule", "scheduling"), "密钥": ("secret", "key"), "环境变量": ("env", "environment"),
 }  # fmt: skip
 
 #: Words that describe a cause: something ran out, broke, expired or was refused.
@@ -135,6 +139,36 @@ SYMPTOM_TERMS = frozenset(
         "elevated",
     ]
 )
+
+#: What an orchestrator or a retry loop says when a workload keeps failing: it restarts it,
+#: backs off, gives up. These restate the failure; its reason is in what the workload itself
+#: said before (or in the state the orchestrator recorded), so they are never the cause.
+RESTATEMENT = re.compile(
+    r"back-?off\s+restarting|restarting\s+failed\s+container|crash\s*loop(ing|\s*back-?off)?|"
+    r"backoff\s*limit\s*exceeded|reached\s+the\s+specified\s+backoff\s+limit|too\s+many\s+restarts|"
+    r"\bcontainer\s+\S+\s+(restarted|exited|terminated)\b",
+    re.IGNORECASE,
+)
+#: What an orchestrator says when it knows why a workload is down: the diagnosis itself, not a
+#: restatement (Kubernetes' event reasons and container states, in their usual words).
+ORCHESTRATOR_DIAGNOSIS = re.compile(
+    r"\boom\s*kill(ed|ing)?\b|\bout\s+of\s+memory\b|\bexit\s*code[:=\s]+137\b|"
+    r"\b(err)?image\s*pull(back-?off)?\b|\bfailed\s+to\s+pull\s+image\b|back-?off\s+pulling\s+image|"
+    r"\bmanifest\s+unknown\b|\b(readiness|liveness|startup)\s+probe\s+(failed|errored)\b|"
+    r"\bfailed\s*scheduling\b|\binsufficient\s+(cpu|memory|ephemeral-storage|pods)\b|"
+    r"\b\d+/\d+\s+nodes\s+are\s+available\b|\bfailed\s*(mount|attach\s*volume)\b|"
+    r"\bunable\s+to\s+(attach\s+or\s+)?mount\b|\bevicted\b|\bnode\s+was\s+low\s+on\s+resource\b|"
+    r"\b(disk|memory|pid)\s*pressure\b|\bcreate\s*container\s*config\s*error\b|"
+    r"\bcouldn'?t\s+find\s+key\b|\b(configmaps?|secrets?)\s+\"?[\w.-]+\"?\s+not\s+found\b|"
+    r"\bunbound\s+(immediate\s+)?persistent\s*volume\s*claims?\b|\bpersistent\s*volume\s*claim\s+\"?[\w.-]+\"?\s+not\s+found\b",
+    re.IGNORECASE,
+)
+#: Words that name what a table records about a thing's present state (not a change to it).
+STATE_TERMS = frozenset(
+    stem(w) for w in ["status", "state", "states", "health", "condition", "conditions", "phase", "restarts", "exit"]
+)
+#: A change record that only says something was created: a change only close to the onset.
+CREATION_TERMS = frozenset(stem(w) for w in ["create", "created", "creation", "provision", "provisioned", "added"])
 
 #: Words that mean "something changed": where recent changes live in a database.
 CHANGE_TERMS = frozenset(

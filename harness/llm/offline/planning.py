@@ -13,12 +13,13 @@ Each step asks only what it has not asked before.
 from __future__ import annotations
 
 import re
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from typing import Any
 
 from harness.llm.offline.conversation import Conversation, sql_tables
-from harness.llm.offline.evidence import Pattern, literal
-from harness.llm.offline.lexicon import CHANGE_TERMS, TIME_COLUMN, terms
+from harness.llm.offline.evidence import literal
+from harness.llm.offline.lexicon import CHANGE_TERMS, STATE_TERMS, TIME_COLUMN, terms
 from harness.llm.offline.reasoning import (
     CHANGE_GRACE,
     CHANGE_LOOKBACK,
@@ -34,6 +35,8 @@ from harness.tools.evidence import LOOKUP_KNOWLEDGE, QUERY_LOGS, QUERY_MYSQL
 
 #: How many of the tables that look like change records are read (best matching first).
 MAX_CHANGE_TABLES = 3
+#: How many of the tables that record workloads' state are read.
+MAX_STATE_TABLES = 2
 #: Fewer recommendations than this: look up the remediation of the explaining document.
 MIN_RECOMMENDATIONS = 2
 #: How many services named in the question get a log query of their own.
@@ -111,26 +114,50 @@ def _candidate_calls(conv: Conversation, ev: Evidence) -> list[tuple[str, dict[s
         for p in leading:
             query = literal(p.template)[:200] or conv.question[:200]
             calls.append((LOOKUP_KNOWLEDGE, {"query": query, "top_k": 5}))
-    if QUERY_MYSQL in conv.tools and leading:
+    if QUERY_MYSQL in conv.tools:
         # Changes before the leading cause began, up to the incident: the symptom may be their effect.
-        starts = [ts for ts in (leading[0].first, ev.symptom.first if ev.symptom else None, ev.onset) if ts]
+        focus = leading[0].words if leading else frozenset()
+        starts = [
+            ts
+            for ts in (leading[0].first if leading else None, ev.symptom.first if ev.symptom else None, ev.onset)
+            if ts
+        ]
         span = (min(starts), max(starts)) if starts else None
-        calls.extend((QUERY_MYSQL, {"sql": sql}) for sql in _change_queries(conv, leading[0], span))
+        if leading:
+            calls.extend(
+                (QUERY_MYSQL, {"sql": sql})
+                for sql in _table_queries(conv, focus, span, CHANGE_TERMS, MAX_CHANGE_TABLES)
+            )
+        # And what the orchestrator records of the workloads' state (a pod's last state, exit
+        # code): the reason can be there when no log line gives it.
+        calls.extend(
+            (QUERY_MYSQL, {"sql": sql}) for sql in _table_queries(conv, focus, span, STATE_TERMS, MAX_STATE_TABLES)
+        )
     return calls
 
 
-def _change_queries(conv: Conversation, focus: Pattern, span: tuple[datetime, datetime] | None) -> list[str]:
+def _table_queries(
+    conv: Conversation,
+    focus: AbstractSet[str],
+    span: tuple[datetime, datetime] | None,
+    kind: frozenset[str],
+    limit: int,
+) -> list[str]:
+    """Queries of the tables whose name or columns speak of ``kind`` (changes, or states), best
+    matching first, over the time the incident could have begun in."""
     tables = sql_tables(conv.tools.get(QUERY_MYSQL))
-    wanted = focus.words | terms(conv.question)
+    wanted = focus | terms(conv.question)
     ranked = []
     for table, columns in tables.items():
         words = terms(f"{table} {' '.join(columns)}")
-        value = 2 * len(words & CHANGE_TERMS) + len(words & wanted)
+        if not words & kind or (kind is STATE_TERMS and words & CHANGE_TERMS):
+            continue
+        value = 2 * len(words & kind) + len(words & wanted)
         if value >= 2:
             ranked.append((value, table, columns))
     ranked.sort(key=lambda item: -item[0])
     out = []
-    for _, table, columns in ranked[:MAX_CHANGE_TABLES]:
+    for _, table, columns in ranked[:limit]:
         if not re.fullmatch(r"[A-Za-z_][\w]*", table):
             continue
         time_column = next((c for c in columns if TIME_COLUMN.search(c.lower()) and re.fullmatch(r"\w+", c)), None)
@@ -138,7 +165,7 @@ def _change_queries(conv: Conversation, focus: Pattern, span: tuple[datetime, da
         if time_column:
             order = f" ORDER BY {time_column} DESC"
             if span is not None:
-                # Only the changes that could explain it, whatever came later.
+                # Only the rows that could explain it, whatever came later.
                 start, end = (_sql_ts(span[0] - CHANGE_LOOKBACK), _sql_ts(span[1] + CHANGE_GRACE))
                 where = f" WHERE {time_column} >= '{start}' AND {time_column} <= '{end}'"
         out.append(f"SELECT * FROM {table}{where}{order} LIMIT 20")  # noqa: S608 - identifiers checked above

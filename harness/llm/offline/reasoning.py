@@ -29,8 +29,19 @@ from harness.llm.offline.evidence import (
     knowledge_passages,
     log_patterns,
 )
-from harness.llm.offline.lexicon import CAUSE_TERMS, SYMPTOM_TERMS, is_recommendation, salient, terms
+from harness.llm.offline.lexicon import (
+    CAUSE_TERMS,
+    CREATION_TERMS,
+    ORCHESTRATOR_DIAGNOSIS,
+    RESTATEMENT,
+    STATE_TERMS,
+    SYMPTOM_TERMS,
+    is_recommendation,
+    salient,
+    terms,
+)
 from harness.llm.offline.when import resolve, stated_time
+from harness.logs import log_template, workload_of
 from harness.text import has_cjk
 from harness.tools.evidence import LOOKUP_KNOWLEDGE, QUERY_MYSQL
 
@@ -47,6 +58,10 @@ CHANGE_LOOKBACK = timedelta(days=1)
 CHANGE_GRACE = timedelta(minutes=5)
 #: What a change breaks begins within this long after it.
 ALIGNED = timedelta(minutes=15)
+#: A record that only says something was created is a change this close to the onset, no earlier.
+CREATION_LEAD = timedelta(minutes=30)
+#: Shared words this rare (summed rarity) link a component to the symptom: a host, a dependency.
+SHARED_RARITY = 1.0
 
 
 @dataclass
@@ -114,7 +129,7 @@ def _change_support(p: Pattern, ev: Evidence) -> tuple[float, ChangeRow | None]:
     own = p.words
     best: tuple[float, ChangeRow | None] = (0.0, None)
     for row in ev.rows:
-        if not row.is_change:
+        if not row.is_change or _stale_creation(row, ev.onset):
             continue
         if (
             p.first is not None
@@ -132,6 +147,14 @@ def _change_support(p: Pattern, ev: Evidence) -> tuple[float, ChangeRow | None]:
         if value > best[0]:
             best = (value, row)
     return best
+
+
+def _stale_creation(row: ChangeRow, onset: datetime | None) -> bool:
+    """A record that something was created, long before the incident: that is how things came
+    to be, not what changed (a creation is a change only close to the onset)."""
+    if not row.words & CREATION_TERMS or row.words & (CAUSE_TERMS | SYMPTOM_TERMS):
+        return False
+    return onset is not None and row.at is not None and onset - row.at > CREATION_LEAD
 
 
 def _rarity(patterns: list[Pattern], rows: list[ChangeRow]) -> dict[str, float]:
@@ -163,6 +186,26 @@ class Evidence:
     blamed: set[str] = field(default_factory=set)
     #: how many new warnings followed each change row (by ``id``), see ``_followed_by``
     followed: dict[int, int] = field(default_factory=dict)
+    #: the workloads the question is about (services of the evidence it names), see ``subject_of``
+    subject: frozenset[str] = frozenset()
+    #: the subject and the components its warnings name, transitively: what can be a cause
+    linked: frozenset[str] = frozenset()
+
+    def about_subject(self, p: Pattern) -> bool:
+        """Whether the pattern is the subject's own, or names it."""
+        if not self.subject:
+            return True
+        text = f"{p.template} {p.example}".lower()
+        return bool(set(p.services) & self.subject) or any(_mentions(text, s) for s in self.subject)
+
+    def is_linked(self, p: Pattern) -> bool:
+        """Whether the pattern can bear on the subject: it is the subject's or a dependency's its
+        warnings name, it names the subject, or it shares rare words with the symptom (a host,
+        a shared dependency)."""
+        if not self.subject or set(p.services) & self.linked or self.about_subject(p):
+            return True
+        shared = p.words & (self.symptom.words if self.symptom else frozenset()) - {*self.subject}
+        return sum(self.rarity.get(w, 0.0) for w in shared) >= SHARED_RARITY
 
     @property
     def symptom_began(self) -> datetime | None:
@@ -182,12 +225,19 @@ class Evidence:
         return self.symptom.first if self.symptom else None
 
 
-def reported_onset(conv: Conversation, patterns: list[Pattern]) -> datetime | None:
-    """The time the question gives for the start of the problem, if any, as a UTC instant."""
+def reported_onset(
+    conv: Conversation, patterns: list[Pattern], asked: AbstractSet[str] = frozenset()
+) -> datetime | None:
+    """The time the question gives for the start of the problem, if any, as a UTC instant.
+
+    A time without a date is resolved against the times of the warnings that speak of what the
+    question describes (its words, its subject), when there are any: the reporter gives the
+    time of their problem, not of whatever else the logs hold on some other day."""
     stated = stated_time(conv.question)
     if stated is None:
         return None
-    return resolve(stated, [ts for p in patterns for ts in (p.first, p.last) if ts is not None])
+    about = [p for p in patterns if p.rank >= 2 and len(asked & p.words) >= 2] if asked else []
+    return resolve(stated, [ts for p in about or patterns for ts in (p.first, p.last) if ts is not None])
 
 
 def _fits_report(p: Pattern, reported: datetime | None) -> int:
@@ -203,9 +253,15 @@ def _fits_report(p: Pattern, reported: datetime | None) -> int:
 def gather(conv: Conversation) -> Evidence:
     """Read the conversation's evidence and find the symptom the question describes."""
     patterns, ignored = log_patterns(conv)
-    asked = terms(conv.question)
-    reported = reported_onset(conv, patterns)
-    relevant = [p for p in patterns if p.rank >= 2 and asked & p.words]
+    rows = change_rows(conv)
+    known = {s for p in patterns for s in p.services if s}
+    subject = subject_of(conv.question, known)
+    patterns += state_patterns(rows, known | subject)
+    asked = terms(conv.question) | {w for s in subject for w in salient(s)}
+    reported = reported_onset(conv, patterns, asked)
+    probe = Evidence(patterns, ignored, None, rows, set(), asked, subject=subject)
+    # The question names the workload it is about: the symptom is that workload's (or names it).
+    relevant = [p for p in patterns if p.rank >= 2 and asked & p.words and probe.about_subject(p)]
     # The symptom is what the question describes, beginning when the reporter says it did; between
     # equally close patterns, one that does not name a cause ("timed out", not "pool exhausted") is
     # the better description of an effect.
@@ -214,8 +270,9 @@ def gather(conv: Conversation) -> Evidence:
             relevant,
             key=lambda p: (
                 _fits_report(p, reported),
+                not p.table,  # a state row is the symptom only when no log line is
                 len(asked & p.words),
-                not terms(p.template) & CAUSE_TERMS,
+                not explains_itself(p),
                 p.rank,
                 p.count,
             ),
@@ -230,7 +287,6 @@ def gather(conv: Conversation) -> Evidence:
         if isinstance(c, dict)
         for w in salient(str(c.get("text", "")))
     }
-    rows = change_rows(conv)
     ev = Evidence(
         patterns,
         ignored,
@@ -241,9 +297,82 @@ def gather(conv: Conversation) -> Evidence:
         reported,
         _rarity(patterns, rows),
         _blamed_services(patterns),
+        subject=subject,
+        linked=_linked(patterns, subject, known),
     )
     ev.followed = {id(row): _followed_by(row, ev) for row in rows if row.is_change}
     return ev
+
+
+_NAME = re.compile(r"(?<![\w.-])[a-z0-9][a-z0-9.-]*[a-z0-9](?![\w-])")
+
+
+def _mentions(text: str, name: str) -> bool:
+    """Whether lower-case ``text`` names ``name`` as a whole word (``checkout-api``, not ``checkout-api-v2``)."""
+    return bool(name) and re.search(rf"(?<![\w-]){re.escape(name.lower())}(?![\w-])", text) is not None
+
+
+def subject_of(question: str, services: AbstractSet[str]) -> frozenset[str]:
+    """The workloads of the evidence the question names: by name, or by one of their pods'
+    (``checkout-api-7d9f8b6c5d-xk2p9`` is ``checkout-api``)."""
+    q = question.lower()
+    pods = {workload_of(name) for name in _NAME.findall(q)}
+    return frozenset(s for s in services if len(s) > 2 and (s.lower() in pods or _mentions(q, s)))
+
+
+def _linked(patterns: list[Pattern], subject: frozenset[str], known: AbstractSet[str]) -> frozenset[str]:
+    """The subject and, transitively, the components its warnings name: what it depends on."""
+    linked = set(subject)
+    grown = bool(linked)
+    while grown:
+        grown = False
+        for p in patterns:
+            if p.rank < 2 or not set(p.services) & linked:
+                continue
+            text = f"{p.template} {p.example}".lower()
+            for s in known - linked:
+                if len(s) > 3 and _mentions(text, s):
+                    linked.add(s)
+                    grown = True
+    return frozenset(linked)
+
+
+def state_patterns(rows: list[ChangeRow], services: AbstractSet[str]) -> list[Pattern]:
+    """The rows of state tables (``pod_status``: phase, reason, exit code) that record a workload
+    down for a reason the orchestrator states (OOMKilled, an image that cannot be pulled, a failed
+    probe), as patterns of that workload: a state is evidence as much as a log line."""
+    found: dict[tuple[str, str], Pattern] = {}
+    seen: set[tuple[str, str]] = set()
+    for row in rows:
+        if row.is_change or (row.table, row.quote) in seen or not ORCHESTRATOR_DIAGNOSIS.search(row.quote):
+            continue
+        seen.add((row.table, row.quote))  # the same row from another query is no second row
+        if not terms(f"{row.table} {' '.join(row.columns)}") & STATE_TERMS:
+            continue
+        text = row.quote.lower()
+        named = {workload_of(name) for name in _NAME.findall(text)}
+        owners = tuple(sorted(s for s in services if s.lower() in named or _mentions(text, s)))
+        key = (row.table, log_template(row.quote))
+        known = found.get(key)
+        if known is not None:
+            known.count += 1
+            if row.at is not None and (known.first is None or row.at < known.first):
+                known.first = row.at
+            if row.at is not None and (known.last is None or row.at > known.last):
+                known.last = row.at
+            continue
+        found[key] = Pattern(
+            template=key[1],
+            count=1,
+            level="ERROR",
+            services=owners,
+            first=row.at,
+            last=row.at,
+            example=row.quote,
+            call_id=row.call_id,
+            table=row.table or "?",
+        )
+    return list(found.values())
 
 
 _UPSTREAM = re.compile(r"\b(?:upstream|downstream)\b", re.IGNORECASE)
@@ -279,7 +408,8 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         words = terms(p.template)
         causal = len(words & CAUSE_TERMS)
         value = 1.0 * min(causal, 3) - (1.0 if words & SYMPTOM_TERMS and not causal else 0.0)
-        value += _onset_score(p, ev.symptom_began) + (1.0 if p.rank >= 3 else 0.0)
+        # A state row's time is when it was observed, not when the state began.
+        value += (0.0 if p.table else _onset_score(p, ev.symptom_began)) + (1.0 if p.rank >= 3 else 0.0)
         if _reports_elsewhere(p, blamed):
             value -= 1.0  # a proxy or client telling of its upstream's failure: a witness, not a cause
         elif set(p.services) & set(symptom.services):
@@ -290,11 +420,30 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         if len(salient(p.template) & ev.knowledge_words) >= 2:
             value += 1.5
         value += min(_change_support(p, ev)[0], 4.0) * 0.75
+        if ORCHESTRATOR_DIAGNOSIS.search(f"{p.template} {p.example}"):
+            value += 1.5  # the orchestrator says why: OOMKilled, an image it cannot pull, a failed probe
+        if not ev.is_linked(p):
+            value -= 3.0  # another component, with nothing tying it to the workload asked about
         return value + 0.5 * min(math.log10(max(p.count, 1)), 2.0)
 
-    ranked = [(score(p), p) for p in ev.patterns if p.rank >= 2 and p is not symptom]
+    # A restart, a back-off, a crash loop: the failure restated, never its reason.
+    ranked = [(score(p), p) for p in ev.patterns if p.rank >= 2 and p is not symptom and not restates(p)]
     ranked.sort(key=lambda sp: -sp[0])
     return ranked
+
+
+def restates(p: Pattern) -> bool:
+    """Whether the pattern only restates a failure (a restart, a back-off, a crash loop)."""
+    text = f"{p.template} {p.example}"
+    return bool(RESTATEMENT.search(text)) and not ORCHESTRATOR_DIAGNOSIS.search(text)
+
+
+def explains_itself(p: Pattern) -> bool:
+    """Whether the pattern names its own cause ("certificate has expired", "OOMKilled"), rather
+    than restating a failure (a restart, a back-off)."""
+    if ORCHESTRATOR_DIAGNOSIS.search(f"{p.template} {p.example}"):
+        return True
+    return bool(terms(p.template) & CAUSE_TERMS) and not restates(p)
 
 
 def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
@@ -308,8 +457,8 @@ def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
         ranked = rank_causes(ev)
         if ranked and ranked[0][0] >= MIN_CAUSE_SCORE:
             result.cause = ranked[0][1]
-        elif terms(symptom.template) & CAUSE_TERMS:
-            result.cause = symptom  # a self-explaining error: "certificate has expired"
+        elif explains_itself(symptom):
+            result.cause = symptom  # a self-explaining error: "certificate has expired", "OOMKilled"
     cause = result.cause
     if cause is None:
         return _limitations(conv, result)

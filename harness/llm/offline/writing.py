@@ -13,13 +13,24 @@ import re
 from typing import Any
 
 from harness.llm.offline.conversation import Conversation
-from harness.llm.offline.evidence import excerpt, literal
+from harness.llm.offline.evidence import Pattern, excerpt, literal
 from harness.llm.offline.reasoning import Analysis, analyse
 from harness.text import has_cjk
 
 
 def _claim(statement: str, call_id: str, quote: str) -> dict[str, Any]:
     return {"statement": statement, "citations": [{"tool_call_id": call_id, "quote": quote}]}
+
+
+def _state_claim(p: Pattern, zh: bool) -> dict[str, Any]:
+    """A claim of a state table's row: what the orchestrator recorded about the workload."""
+    quote = excerpt(p.example)
+    # Only the row's words and framing: a reviewer holds a statement to the words of its evidence.
+    return _claim(
+        f"记录：“{quote}”。" if zh else f"A recorded row: “{quote}”.",
+        p.call_id,
+        quote,
+    )
 
 
 def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[str, Any]:
@@ -43,7 +54,7 @@ def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[st
     services = ", ".join(s.services) or "?"
     s_quote = excerpt(s.example)
     claims.append(
-        _claim(
+        _state_claim(s, zh) if s.table else _claim(
             f"{services} 在 {s.window()} 期间记录了 {s.count} 条 {s.level} 日志，例如“{s_quote}”。" if zh
             else f"{services} logged {s.count} {s.level} events like “{s_quote}” between {s.window()}.",
             s.call_id, s_quote,
@@ -57,7 +68,7 @@ def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[st
             minutes = max(1, round((s.first - c.first).total_seconds() / 60))
             lead = f"，比症状早 {minutes} 分钟" if zh else f", {minutes} min before the first symptom"
         claims.append(
-            _claim(
+            _state_claim(c, zh) if c.table else _claim(
                 f"{c_services} 自 {c.window().split(' – ')[0]} 起记录了 {c.count} 条“{c_quote}”{lead}。" if zh
                 else f"{c_services} logged “{c_quote}” {c.count} times starting {c.window().split(' – ')[0]}{lead}.",
                 c.call_id, c_quote,
@@ -84,8 +95,9 @@ def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[st
                 row.call_id, row.quote,
             )
         )  # fmt: skip
-    cause_text = literal(c.template) or excerpt(c.example)
-    symptom_text = literal(s.template) or s_quote
+    # A row is quoted whole: its cells are not a message with variable parts.
+    cause_text = excerpt(c.example) if c.table else literal(c.template) or excerpt(c.example)
+    symptom_text = s_quote if s.table else literal(s.template) or s_quote
     change_text = ""
     if a.change is not None:
         change_text = f"，发生在变更“{a.change.quote}”之后" if zh else f", after the change “{a.change.quote}”"

@@ -1,0 +1,165 @@
+"""How the offline analyst reads a workload the orchestrator runs: a restart or a back-off
+restates a failure and is never its cause; what the orchestrator states as the reason
+(OOMKilled, a failed probe) is the diagnosis itself; a state table's row is evidence like a log
+line; the workload the question names is held as the subject; and a creation long before the
+incident is not "the change". Each on a small incident of its own."""
+
+from __future__ import annotations
+
+from harness.inmemory import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
+from harness.llm.offline.lexicon import ORCHESTRATOR_DIAGNOSIS, RESTATEMENT
+from harness.llm.offline.reasoning import subject_of
+from harness.logs import workload_of
+from harness.ports import KnowledgeChunk, LogLine
+from tests.harness.test_offline import assert_verified_diagnosis, diagnose
+from tests.harness.test_offline_reasoning import burst, sql_ts, traffic
+
+POD = "checkout-api-7d9f8b6c5d-xk2p9"
+QUESTION = f"What is the issue with pod {POD} in namespace shop? It started around 10:00 UTC."
+
+
+def back_off(count: int = 90) -> list[LogLine]:
+    """The kubelet's events about the crash-looping pod, from 10:00: loud, and saying nothing new."""
+    return burst(
+        "checkout-api", "WARN", 120.0, count, "BackOff: Back-off restarting failed container checkout-api", 0.5
+    )
+
+
+def no_tables() -> SqliteSqlSource:
+    return SqliteSqlSource({"deployments": (("id", "service", "version", "deployed_at"), [])})
+
+
+def assert_fallback(run: object) -> None:
+    result = run.result  # type: ignore[attr-defined]
+    assert result.outcome.value == "fallback", result
+    assert result.fallback_reason == "insufficient_evidence"
+
+
+def test_a_pods_name_is_its_workloads_and_words_are_never_taken_for_generated_suffixes() -> None:
+    assert workload_of(POD) == "checkout-api"
+    assert workload_of("nightly-export-x7k2q") == "nightly-export"  # a Job's pod
+    assert workload_of("redis-0") == "redis-0"  # a StatefulSet's pod names itself
+    assert workload_of("payment-redis") == "payment-redis"  # "redis" has vowels: a word, not a suffix
+    assert workload_of("checkout-api") == "checkout-api"
+    assert subject_of(QUESTION, {"checkout-api", "fluent-bit", "shop"}) == {"checkout-api", "shop"}
+    assert subject_of("Why is checkout-api-v2 slow?", {"checkout-api"}) == frozenset()
+
+
+def test_restatements_and_diagnoses_are_told_apart() -> None:
+    for restated in [
+        "BackOff: Back-off restarting failed container app",
+        "Job has reached the specified backoff limit",
+        "KubePodCrashLooping",
+    ]:
+        assert RESTATEMENT.search(restated) and not ORCHESTRATOR_DIAGNOSIS.search(restated), restated
+    for diagnosis in [
+        "OOMKilled",
+        "Last State: Terminated, Reason: Error, Exit Code: 137",
+        'Back-off pulling image "registry.local/app:1.4.2"',
+        "Readiness probe failed: HTTP probe failed with statuscode: 503",
+        "FailedScheduling: 0/3 nodes are available: 3 Insufficient memory.",
+        "Error: couldn't find key DB_HOST in ConfigMap shop/app-config",
+        "pod has unbound immediate PersistentVolumeClaims",
+        "The node was low on resource: ephemeral-storage.",
+    ]:
+        assert ORCHESTRATOR_DIAGNOSIS.search(diagnosis), diagnosis
+
+
+def test_the_reason_the_container_printed_beats_the_restarts_it_caused() -> None:
+    lines = traffic(["checkout-api", "fluent-bit"]) + back_off()
+    # The container's own output: one line per start, just before each restart.
+    lines += burst(
+        "checkout-api", "ERROR", 119.8, 6, "x509: certificate has expired or is not yet valid: payments-gw.shop.svc", 9
+    )
+    docs = [
+        KnowledgeChunk("co#1", "checkout-api", "Dependencies",
+                       "checkout-api calls payments-gw over mutual TLS with a certificate from cert-manager.", 0.0),
+    ]  # fmt: skip
+    run = diagnose(QUESTION, knowledge=InMemoryKnowledge(docs), logs=InMemoryLogs(lines), sql=no_tables())
+
+    assert_verified_diagnosis(run)
+    assert "certificate has expired" in run.payload["root_cause"]
+    assert "Back-off" not in run.payload["root_cause"]
+
+
+def test_a_restart_loop_with_no_stated_reason_falls_back() -> None:
+    run = diagnose(QUESTION, logs=InMemoryLogs(traffic(["checkout-api"]) + back_off()), sql=no_tables())
+
+    assert_fallback(run)
+
+
+def test_what_the_orchestrator_states_as_the_reason_is_the_diagnosis() -> None:
+    lines = traffic(["checkout-api"])
+    lines += burst(
+        "checkout-api", "WARN", 120.0, 40, "Unhealthy: Readiness probe failed: HTTP probe failed with statuscode: 503"
+    )
+    run = diagnose(
+        f"The pod {POD} never becomes Ready since 10:00 UTC. Why?", logs=InMemoryLogs(lines), sql=no_tables()
+    )
+
+    assert_verified_diagnosis(run)
+    assert "Readiness probe failed" in run.payload["root_cause"]
+
+
+def test_a_state_tables_row_is_evidence_when_no_log_line_gives_the_reason() -> None:
+    sql = SqliteSqlSource(
+        {
+            "pod_status": (
+                ("pod", "namespace", "phase", "last_state_reason", "exit_code", "restarts", "observed_at"),
+                [
+                    ("orders-db-0", "shop", "Running", "", 0, 0, sql_ts(125)),
+                    (POD, "shop", "Running", "OOMKilled", 137, 14, sql_ts(125)),
+                ],
+            ),
+            "deployments": (("id", "service", "version", "deployed_at"), []),
+        }
+    )
+    run = diagnose(QUESTION, logs=InMemoryLogs(traffic(["checkout-api"]) + back_off()), sql=sql)
+
+    assert_verified_diagnosis(run)
+    assert "OOMKilled" in run.payload["root_cause"]
+    quotes = [e["quote"] for f in run.payload["findings"] for e in f["evidence"]]
+    assert any("OOMKilled" in q and POD in q for q in quotes), quotes
+
+
+def test_another_components_warning_is_no_cause_of_the_subject() -> None:
+    # The subject logs nothing wrong; a log shipper complains all along, louder from 10:00.
+    lines = traffic(["checkout-api", "fluent-bit"])
+    lines += burst(
+        "fluent-bit", "ERROR", 119.0, 80, "[output:es:es.0] connection refused, retry in 10s: chunk {i}", 0.6
+    )
+    run = diagnose(QUESTION, logs=InMemoryLogs(lines), sql=no_tables())
+
+    assert_fallback(run)
+
+
+def test_a_dependency_the_subjects_errors_name_can_be_the_cause() -> None:
+    lines = traffic(["checkout-api", "orders-db", "fluent-bit"])
+    lines += burst(
+        "checkout-api", "ERROR", 121.0, 60, "POST /checkout failed: orders-db query timed out after 5000ms", 0.5
+    )
+    lines += burst("orders-db", "ERROR", 118.0, 30, "Too many connections: max_connections=150 reached", 1)
+    lines += burst("fluent-bit", "ERROR", 117.0, 40, "[output:es:es.0] connection refused, retry in 10s", 1)
+    run = diagnose(QUESTION, logs=InMemoryLogs(lines), sql=no_tables())
+
+    assert_verified_diagnosis(run)
+    assert "max_connections" in run.payload["root_cause"]
+    assert "fluent-bit" not in run.payload["root_cause"]
+
+
+def test_a_workload_created_hours_before_is_not_the_change() -> None:
+    lines = traffic(["checkout-api"])
+    lines += burst("checkout-api", "ERROR", 121.0, 60, "Redis connection pool exhausted (max=16), waited 2000ms", 0.5)
+    sql = SqliteSqlSource(
+        {
+            "deployments": (
+                ("id", "service", "action", "summary", "deployed_at"),
+                [(1, "checkout-api", "created", "checkout-api deployment created in namespace shop", sql_ts(0))],
+            )
+        }
+    )
+    run = diagnose(QUESTION, logs=InMemoryLogs(lines), sql=sql)
+
+    assert_verified_diagnosis(run)
+    assert "pool exhausted" in run.payload["root_cause"]
+    assert "created" not in run.payload["root_cause"]
