@@ -297,11 +297,11 @@ def _kubernetes_event(fields: dict[str, Any]) -> dict[str, Any] | None:
     reason, note = fields.get("reason"), fields.get("message", fields.get("note"))
     if not isinstance(about, dict) or not isinstance(reason, str) or not isinstance(note, str):
         return None
-    metadata = fields.get("metadata") if isinstance(fields.get("metadata"), dict) else {}
+    metadata: dict[str, Any] = fields["metadata"] if isinstance(fields.get("metadata"), dict) else {}
     times = [fields.get(key) for key in _EVENT_TIMES] + [metadata.get("creationTimestamp")]
     ts = next((t for t in times if isinstance(t, str) and t), None)
     name = str(about.get("name") or "")
-    source = fields.get("source") if isinstance(fields.get("source"), dict) else {}
+    source: dict[str, Any] = fields["source"] if isinstance(fields.get("source"), dict) else {}
     out: dict[str, Any] = {
         "timestamp": ts,
         "message": f"{reason}: {note}" if note else reason,

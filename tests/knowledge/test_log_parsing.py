@@ -211,17 +211,17 @@ def test_a_kubernetes_event_reads_as_its_workloads_line() -> None:
         "lastTimestamp": "2026-11-30T10:05:00Z",
         "source": {"component": "kubelet", "host": "node-2"},
     }
-    parsed = parse_line(json.dumps(event))
+    line = parsed(json.dumps(event))
 
-    assert (parsed.ts, parsed.service, parsed.level) == (
+    assert (line.ts, line.service, line.level) == (
         datetime(2026, 11, 30, 10, 5, tzinfo=UTC),
         "checkout-api",
         "WARN",
     )
-    assert parsed.message.startswith("BackOff: Back-off restarting failed container app")
-    assert parsed.attributes["object"] == "checkout-api-7d9f8b6c5d-xk2p9"
-    assert (parsed.attributes["namespace"], parsed.attributes["count"]) == ("shop", 896)
-    assert parsed.attributes["component"] == "kubelet"
+    assert line.message.startswith("BackOff: Back-off restarting failed container app")
+    assert line.attributes["object"] == "checkout-api-7d9f8b6c5d-xk2p9"
+    assert (line.attributes["namespace"], line.attributes["count"]) == ("shop", 896)
+    assert line.attributes["component"] == "kubelet"
 
     # events.k8s.io/v1: "regarding" and "note", and a Normal event is INFO
     newer = {
@@ -231,12 +231,12 @@ def test_a_kubernetes_event_reads_as_its_workloads_line() -> None:
         "type": "Normal",
         "eventTime": "2026-11-30T10:00:00.000000Z",
     }
-    pulled = parse_line(json.dumps(newer))
+    pulled = parsed(json.dumps(newer))
     assert (pulled.service, pulled.level) == ("nightly-export", "INFO")
     assert pulled.message == 'Pulled: Successfully pulled image "registry.local/export:2.1"'
 
     # an object that merely has a "reason" is no event
-    plain = parse_line(json.dumps({"ts": "2026-11-30T10:00:00Z", "reason": "x", "message": "done"}))
+    plain = parsed(json.dumps({"ts": "2026-11-30T10:00:00Z", "reason": "x", "message": "done"}))
     assert plain.message == "done" and plain.attributes["reason"] == "x"
 
 
