@@ -163,3 +163,5 @@ def test_a_workload_created_hours_before_is_not_the_change() -> None:
     assert_verified_diagnosis(run)
     assert "pool exhausted" in run.payload["root_cause"]
     assert "created" not in run.payload["root_cause"]
+    # "around 10:00" gives no date: the report says which day it took
+    assert any("gives no date" in note and "2026-12-01 10:00 UTC" in note for note in run.payload["limitations"])

@@ -461,7 +461,7 @@ def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
             result.cause = symptom  # a self-explaining error: "certificate has expired", "OOMKilled"
     cause = result.cause
     if cause is None:
-        return _limitations(conv, result)
+        return _limitations(conv, result, ev)
 
     focus = cause.words | (symptom.words if symptom else set())
     passages = knowledge_passages(conv, cause.words) or knowledge_passages(conv, focus)
@@ -470,7 +470,7 @@ def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
     result.recommendations = _recommendations(
         conv, focus | (result.change.words if result.change else set()), result.passage, cause.words
     )
-    return _limitations(conv, result)
+    return _limitations(conv, result, ev)
 
 
 def _recommendations(
@@ -490,9 +490,25 @@ def _recommendations(
     return list(dict.fromkeys(sentence for _, sentence in picked))[:3]
 
 
-def _limitations(conv: Conversation, result: Analysis) -> Analysis:
+def _limitations(conv: Conversation, result: Analysis, ev: Evidence) -> Analysis:
     zh = has_cjk(conv.question)
     notes = result.limitations
+    stated = stated_time(conv.question)
+    if stated is not None and stated.day is None and stated.month_day is None and ev.reported is not None:
+        # A time of day without a date: say which day was taken, so the reader can tell.
+        day = ev.reported.strftime("%Y-%m-%d %H:%M UTC")
+        notes.append(
+            f"问题没有给出日期；按证据把所述时间定为 {day}，并阅读了其前后的日志。"
+            if zh
+            else f"The question gives no date; its time was taken as {day}, from the evidence, and the logs around it were read."
+        )
+    if ev.subject and result.symptom is None:
+        names = ", ".join(sorted(ev.subject))
+        notes.append(
+            f"{names} 没有与所报告问题匹配的告警或错误；其他组件的告警与它没有关联，不作为原因。"
+            if zh
+            else f"{names} logged no WARN-or-worse line matching the report; other components' warnings are not tied to it, so none is taken as the cause."
+        )
     if result.ignored_instructions:
         notes.append(
             f"证据中有 {result.ignored_instructions} 处文本试图向助手下达指令，已作为数据忽略。" if zh
