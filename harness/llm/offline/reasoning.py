@@ -317,7 +317,22 @@ def subject_of(question: str, services: AbstractSet[str]) -> frozenset[str]:
     (``checkout-api-7d9f8b6c5d-xk2p9`` is ``checkout-api``)."""
     q = question.lower()
     pods = {workload_of(name) for name in _NAME.findall(q)}
-    return frozenset(s for s in services if len(s) > 2 and (s.lower() in pods or _mentions(q, s)))
+    return frozenset(
+        s for s in services if len(s) > 2 and (s.lower() in pods or any(_mentions(q, n) for n in _spoken(s)))
+    )
+
+
+_ROLE_SUFFIX = re.compile(r"[-_](service|svc|api|app|server|worker|web|backend|frontend)$")
+
+
+def _spoken(service: str) -> set[str]:
+    """How a question names a service: ``storefront-api``, "storefront api", "storefront"."""
+    name = service.lower()
+    names = {name, name.replace("-", " ").replace("_", " ")}
+    base = _ROLE_SUFFIX.sub("", name)
+    if base != name and len(base) >= 4:
+        names.add(base.replace("-", " "))
+    return names
 
 
 def _linked(patterns: list[Pattern], subject: frozenset[str], known: AbstractSet[str]) -> frozenset[str]:
