@@ -212,7 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"    harness   median {run['harness_ms_median']:7.3f} ms   p95 {run['harness_ms_p95']:7.3f} ms"
         f"   target ≤ {TARGET_RUN_MS} ms  {'OK' if ok_run else 'MISSED'}"
     )
-    print(f"    (wall     median {run['wall_ms_median']:7.3f} ms, of which model {run['model_ms_median']:.3f} ms)")
+    print(f"    analyst   median {run['model_ms_median']:7.3f} ms   the offline analyst's own time per diagnosis")
+    print(f"    (wall     median {run['wall_ms_median']:7.3f} ms: harness and analyst)")
     sizes = ", ".join(f"{name} {size / 1000:.1f} kB" for name, size in tool["mix"])
     print(
         f"  per tool call ({tool['calls']} calls replaying the run's {len(tool['mix'])}: {sizes}; backend time excluded)"
