@@ -553,7 +553,6 @@ _UNDATED = (
 )
 SHARED_KNOWN_FAILURES = {
     "slow-query-after-deploy": _UNDATED + " (the payment incident's, whose noise begins at 09:40)",
-    "unexplained-errors": _UNDATED + " (the waybill incident's), where a cause is found instead of none",
     "sms-otp-rate-limit": _UNDATED + " (the booking incident's, also at 08:00)",
     "no-evidence-latency": (
         "no time is given, and 'slow' alone matches another incident's warnings: the subject the "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -226,7 +227,10 @@ class Evidence:
 
 
 def reported_onset(
-    conv: Conversation, patterns: list[Pattern], asked: AbstractSet[str] = frozenset()
+    conv: Conversation,
+    patterns: list[Pattern],
+    asked: AbstractSet[str] = frozenset(),
+    about: Callable[[Pattern], bool] = lambda p: True,
 ) -> datetime | None:
     """The time the question gives for the start of the problem, if any, as a UTC instant.
 
@@ -236,8 +240,8 @@ def reported_onset(
     stated = stated_time(conv.question)
     if stated is None:
         return None
-    about = [p for p in patterns if p.rank >= 2 and len(asked & p.words) >= 2] if asked else []
-    return resolve(stated, [ts for p in about or patterns for ts in (p.first, p.last) if ts is not None])
+    spoken = [p for p in patterns if p.rank >= 2 and len(asked & p.words) >= 2 and about(p)] if asked else []
+    return resolve(stated, [ts for p in spoken or patterns for ts in (p.first, p.last) if ts is not None])
 
 
 def _fits_report(p: Pattern, reported: datetime | None) -> int:
@@ -258,8 +262,8 @@ def gather(conv: Conversation) -> Evidence:
     subject = subject_of(conv.question, known)
     patterns += state_patterns(rows, known | subject)
     asked = terms(conv.question) | {w for s in subject for w in salient(s)}
-    reported = reported_onset(conv, patterns, asked)
     probe = Evidence(patterns, ignored, None, rows, set(), asked, subject=subject)
+    reported = reported_onset(conv, patterns, asked, probe.about_subject)
     # The question names the workload it is about: the symptom is that workload's (or names it).
     relevant = [p for p in patterns if p.rank >= 2 and asked & p.words and probe.about_subject(p)]
     # The symptom is what the question describes, beginning when the reporter says it did; between
@@ -322,7 +326,7 @@ def subject_of(question: str, services: AbstractSet[str]) -> frozenset[str]:
     )
 
 
-_ROLE_SUFFIX = re.compile(r"[-_](service|svc|api|app|server|worker|web|backend|frontend)$")
+_ROLE_SUFFIX = re.compile(r"[-_](service|svc|api|app|server|worker|web|backend|frontend|bff)$")
 
 
 def _spoken(service: str) -> set[str]:
@@ -442,7 +446,16 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         return value + 0.5 * min(math.log10(max(p.count, 1)), 2.0)
 
     # A restart, a back-off, a crash loop: the failure restated, never its reason.
-    ranked = [(score(p), p) for p in ev.patterns if p.rank >= 2 and p is not symptom and not restates(p)]
+    # Nor is what began well after the symptom: an effect, or another incident.
+    began = ev.symptom_began
+    ranked = [
+        (score(p), p)
+        for p in ev.patterns
+        if p.rank >= 2
+        and p is not symptom
+        and not restates(p)
+        and not (began is not None and p.first is not None and not p.table and p.first > began + INCIDENT_TAIL)
+    ]
     ranked.sort(key=lambda sp: -sp[0])
     return ranked
 
