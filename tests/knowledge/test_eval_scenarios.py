@@ -554,10 +554,6 @@ _UNDATED = (
 SHARED_KNOWN_FAILURES = {
     "slow-query-after-deploy": _UNDATED + " (the payment incident's, whose noise begins at 09:40)",
     "sms-otp-rate-limit": _UNDATED + " (the booking incident's, also at 08:00)",
-    "no-evidence-latency": (
-        "no time is given, and 'slow' alone matches another incident's warnings: the subject the "
-        "question names (search) is not weighed against them"
-    ),
     "booking-confirmer-lag": (
         "an earlier booking-api error of the same day is taken as the symptom instead of the pending "
         "bookings (likely: the broad query's templates are filled by other incidents' warnings, and the "

@@ -265,7 +265,9 @@ def gather(conv: Conversation) -> Evidence:
     probe = Evidence(patterns, ignored, None, rows, set(), asked, subject=subject)
     reported = reported_onset(conv, patterns, asked, probe.about_subject)
     # The question names the workload it is about: the symptom is that workload's (or names it).
-    relevant = [p for p in patterns if p.rank >= 2 and asked & p.words and probe.about_subject(p)]
+    # With neither a subject nor a time to anchor it, one shared word ("slow") is not enough.
+    least = 1 if subject or reported is not None else 2
+    relevant = [p for p in patterns if p.rank >= 2 and len(asked & p.words) >= least and probe.about_subject(p)]
     # The symptom is what the question describes, beginning when the reporter says it did; between
     # equally close patterns, one that does not name a cause ("timed out", not "pool exhausted") is
     # the better description of an effect.
