@@ -28,6 +28,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
 __all__ = ["MARKER", "is_secret_key", "redact", "redact_text"]
 
 #: ``[REDACTED:<kind>]``
@@ -161,10 +163,34 @@ def _aws(text: str) -> str:
 #: alternations and nearly every evidence string holds no literal; the search for one character
 #: (memchr) is some fifty times faster than the search for a word.
 _Rules = tuple[tuple[str, tuple[str, ...], Callable[[str], str]], ...]
+_KEY_VALUE_RULE = _sub(_KEY_VALUE, _key_value)
+#: What every match of ``_KEY_VALUE`` contains, in lower case: a secret's name, then (an optional
+#: closing quote and) ``=`` or ``:``. One search of the whole result for it is far cheaper than the
+#: full pattern on each of its strings.
+_KEY_VALUE_LITERALS = ("pass", "pwd", "secret", "token", "key", "authorization", "credential")
+#: What follows a secret's name in every match of ``_KEY_VALUE`` — the rest of the name
+#: ("word" of "password"), an optional closing quote, then ``=`` or ``:`` — and more besides: in a
+#: value's JSON text a quote, a backslash and control characters are escaped.
+_AFTER_NAME = re.compile(r"[a-z]{0,6}(?:\\\\)?\\?[\"']?(?:\s|\\[nrtfb]|\\u00[01][0-9a-f])*[:=]")
+
+
+def _may_hold_key_value(low: str) -> bool:
+    """Whether lower-case ``low`` may hold a match of ``_KEY_VALUE``: a secret's name followed by
+    ``=`` or ``:``. Each name's occurrences are found by ``str.find`` and only what follows them
+    is matched: far cheaper than any pattern over the whole text, and a superset of its matches."""
+    for literal in _KEY_VALUE_LITERALS:
+        at = low.find(literal)
+        while at != -1:
+            if _AFTER_NAME.match(low, at + len(literal)):
+                return True
+            at = low.find(literal, at + 1)
+    return False
+
+
 _RULES: _Rules = (
     ("-", ("-----begin",), _sub(_PEM, MARKER.format("private_key"))),
     ("@", ("://",), _sub(_URL_CREDENTIALS, lambda m: m["head"] + MARKER.format("password") + "@")),
-    ("", ("pass", "pwd", "secret", "token", "key", "authorization", "credential"), _sub(_KEY_VALUE, _key_value)),
+    ("", _KEY_VALUE_LITERALS, _KEY_VALUE_RULE),
     ("", ("bearer",), _sub(_BEARER, lambda m: m["head"] + MARKER.format("token"))),
     ("", ("akia", "asia"), _aws),
     ("_", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), _sub(_GITHUB, MARKER.format("github_token"))),
@@ -199,11 +225,44 @@ def redact(value: Any) -> Any:
     value under a mapping key that names a secret, and the cells of a table (a mapping with
     ``columns`` and ``rows``) under a column that does. Other values are returned as they are
     (the same objects when nothing changed)."""
-    strings: list[str] = []
-    named = _strings(value, strings)
-    # The rules are chosen once for the whole value: most results need none of them.
-    rules = _active("\n".join(strings).lower())
+    if type(value) is str:
+        return redact_text(value)
+    # The rules are chosen once for the whole value, from its JSON text (orjson's, fast) or else
+    # its strings joined: most results need none of them, and then nothing is walked string by
+    # string.
+    try:
+        low = orjson.dumps(value).decode().lower()
+        named = _names_a_secret(value)
+    except (TypeError, orjson.JSONEncodeError):
+        strings: list[str] = []
+        named = _strings(value, strings)
+        low = "\n".join(strings).lower()
+    rules = _active(low)
+    if low.isascii() and not _may_hold_key_value(low):
+        # A "key" that is a cache key: no name of a secret is followed by = or :. (The gate is
+        # a case-sensitive search of the lower-cased text, so only for ASCII text: the pattern
+        # ignores case the Unicode way, where "ſ" is an "s".)
+        rules = tuple(rule for rule in rules if rule[2] is not _KEY_VALUE_RULE)
     return _Redactor(rules).value(value) if rules or named else value
+
+
+def _names_a_secret(value: Any) -> bool:
+    """Whether a mapping key, or a column of a table, in ``value`` names a secret."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict or isinstance(item, Mapping):
+            for key, inner in item.items():
+                if type(key) is str and _secret_kind(key) is not None:
+                    return True
+                if type(inner) is not str and isinstance(inner, Mapping | list | tuple):
+                    stack.append(inner)
+            columns = item.get("columns")
+            if isinstance(columns, list | tuple) and any(isinstance(c, str) and _secret_kind(c) for c in columns):
+                return True
+        elif type(item) is list or type(item) is tuple:
+            stack.extend(i for i in item if type(i) is not str and isinstance(i, Mapping | list | tuple))
+    return False
 
 
 def _strings(value: Any, out: list[str]) -> bool:

@@ -167,3 +167,20 @@ def test_any_value_under_a_secret_name_is_redacted(key: str, sep: str, value: st
     value = "Zq" + value  # never one of the harmless placeholders (yes, null, ***)
     redacted = redact_text(f"connect {key}{sep}{value} done")
     assert value not in redacted and f"{key}{sep}[REDACTED:" in redacted
+
+
+@pytest.mark.parametrize(
+    "strings",
+    [
+        ["cache key product:detail:42 expired", "GET /cart 200"],  # a "key" with no secret after it
+        ["cache key product:detail:42 expired", "db password=hunter2-prod"],
+        ["Authorization: Bearer abcdefgh12345678", "token refreshed"],
+        ["paſsword=hunter2-prod"],  # Unicode case folding: "ſ" is an "s" to the pattern
+        ["密钥 api_key=Zm9vYmFyYmF6cXV4MTIzNDU2"],
+    ],
+)
+def test_a_whole_result_is_redacted_as_each_of_its_strings_would_be(strings: list[str]) -> None:
+    """The search that skips the key=value rule for a whole result never skips a secret."""
+    value = {"templates": [{"template": s, "example": s} for s in strings]}
+
+    assert redact(value) == {"templates": [{"template": redact_text(s), "example": redact_text(s)} for s in strings]}
