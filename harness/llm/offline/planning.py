@@ -150,7 +150,11 @@ def _table_queries(
     ranked = []
     for table, columns in tables.items():
         words = terms(f"{table} {' '.join(columns)}")
-        if not words & kind or (kind is STATE_TERMS and words & CHANGE_TERMS):
+        if not words & kind:
+            continue
+        # A state table says so in its name (pod_status) or in several columns (phase, exit_code,
+        # restarts), not by one status column of a business table (orders.status).
+        if kind is STATE_TERMS and (words & CHANGE_TERMS or not (terms(table) & kind or len(words & kind) >= 2)):
             continue
         value = 2 * len(words & kind) + len(words & wanted)
         if value >= 2:
