@@ -626,14 +626,20 @@ class _MysqlBackend:
             return
         try:
             cursor = conn.cursor()
-            cursor.execute(f"KILL QUERY {thread_id}")
-            if not _wait_until_idle(cursor, thread_id, _KILL_GRACE_S):
-                cursor.execute(f"KILL {thread_id}")
-                if not _wait_until_idle(cursor, thread_id, _KILL_GRACE_S):
-                    log.warning("sql statement still running after KILL")
+            for statement in (f"KILL QUERY {thread_id}", f"KILL {thread_id}"):
+                try:
+                    cursor.execute(statement)
+                except MySQLdb.OperationalError as exc:
+                    if exc.args and exc.args[0] == 1094:  # no such thread: it ended meanwhile
+                        return
+                    # A KILL the server refused or answered late: the process list still decides.
+                    code = exc.args[0] if exc.args else "?"
+                    log.warning("sql watchdog: %s answered error %s", statement.rsplit(" ", 1)[0], code)
+                if _wait_until_idle(cursor, thread_id, _KILL_GRACE_S):
+                    return
+            log.warning("sql statement still running after KILL")
         except MySQLdb.Error as exc:
-            if exc.args and exc.args[0] != 1094:  # 1094: no such thread, it ended meanwhile
-                log.warning("sql watchdog failed: %s", type(exc).__name__)
+            log.warning("sql watchdog failed: %s %s", type(exc).__name__, exc.args[0] if exc.args else "")
         finally:
             _close(conn)
 
