@@ -84,12 +84,35 @@ _GENERATED = "[bcdfghjklmnpqrstvwxz2456789]"
 _POD_SUFFIX = re.compile(rf"^(?P<workload>[a-z0-9][a-z0-9.-]*?)(?:-{_GENERATED}{{6,10}})?-{_GENERATED}{{5}}$")
 
 
-def workload_of(name: str) -> str:
+_REPLICA_SET_SUFFIX = re.compile(rf"^(?P<workload>[a-z0-9][a-z0-9.-]*?)-{_GENERATED}{{6,10}}$")
+#: a StatefulSet's pods are its name and an ordinal
+_ORDINAL_SUFFIX = re.compile(r"^(?P<workload>[a-z0-9][a-z0-9.-]*?)-\d{1,4}$")
+#: a CronJob names each Job it starts by its scheduled time, in minutes since the epoch
+_SCHEDULED_SUFFIX = re.compile(r"^(?P<workload>[a-z0-9][a-z0-9.-]*?)-\d{8,10}$")
+
+
+def workload_of(name: str, kind: str | None = None) -> str:
     """The workload a pod's name belongs to: ``checkout-api-7d9f8b6c5d-xk2p9`` → ``checkout-api``
-    (a Deployment's pod), ``nightly-export-x7k2q`` → ``nightly-export`` (a Job's or DaemonSet's);
-    any other name is returned unchanged (a StatefulSet's ``redis-0`` names itself)."""
-    match = _POD_SUFFIX.match(name)
-    return match.group("workload") if match else name
+    (a Deployment's pod), ``nightly-export-x7k2q`` → ``nightly-export`` (a Job's or DaemonSet's),
+    ``nightly-export-28596540-x7k2q`` → ``nightly-export`` (a CronJob's), ``ledger-db-2`` →
+    ``ledger-db`` (a StatefulSet's); any other name is returned unchanged. With ``kind`` the name is an
+    object of that kind: a ReplicaSet's (``checkout-api-7d9f8b6c5d``) and a CronJob's Job's
+    (``nightly-export-28596540``) lose their generated part too; other kinds name themselves."""
+    if kind in (None, "Pod"):
+        match = _POD_SUFFIX.match(name)
+    elif kind == "ReplicaSet":
+        match = _REPLICA_SET_SUFFIX.match(name)
+    else:
+        match = None
+    if match is not None:
+        name = match.group("workload")
+    if kind in (None, "Pod", "Job"):
+        scheduled = _SCHEDULED_SUFFIX.match(name)
+        if scheduled is not None:
+            return scheduled.group("workload")
+    if match is None and kind in (None, "Pod") and (ordinal := _ORDINAL_SUFFIX.match(name)) is not None:
+        return ordinal.group("workload")
+    return name
 
 
 #: The levels of a failure: a few of the rarer templates at these levels are always kept.

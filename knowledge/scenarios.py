@@ -45,7 +45,6 @@ from knowledge.embeddings import Embedder
 from knowledge.extract import TYPES
 from knowledge.fixtures import FixtureError, Table, merge, read_tables, write_tables
 from knowledge.logs.ingest import ingest, log_files
-from knowledge.logs.parsing import UNKNOWN_SERVICE
 from knowledge.models import Chunk, Document, LogEntry, LogFile, Runbook
 from knowledge.runbooks import RUNBOOK_DIR, load_runbooks
 
@@ -218,7 +217,7 @@ def load_evidence(scenario: Scenario, *, embedder: Embedder | None, sql_path: Pa
     clear_evidence()
     problems = load_documents(scenario.documents, embedder=embedder)
     if scenario.logs:
-        report = ingest(log_files(scenario.logs), default_service=UNKNOWN_SERVICE, progress=False)
+        report = ingest(log_files(scenario.logs), progress=False)
         if report.read and not report.entries:
             problems.append("no log line could be parsed")
         problems.extend(f"{Path(r.path).name}: refused ({r.code}): {r.reason}" for r in report.refused)
@@ -240,7 +239,7 @@ def load_shared_evidence(scenarios: Sequence[Scenario], *, embedder: Embedder | 
     problems = load_documents(documents, embedder=embedder)
     logs = list(dict.fromkeys(p for s in scenarios for p in log_files(s.logs)))
     if logs:
-        report = ingest(logs, default_service=UNKNOWN_SERVICE, progress=False)
+        report = ingest(logs, progress=False)
         if report.read and not report.entries:
             problems.append("no log line could be parsed")
     for folder in dict.fromkeys(s.runbooks for s in scenarios if s.runbooks is not None):

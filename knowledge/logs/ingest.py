@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import re
 import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -31,12 +32,21 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Max
 
 from core.progress import ProgressBar
-from harness.logs import LEVEL_RANK
+from harness.logs import LEVEL_RANK, workload_of
 from knowledge.logs.identity import Occurrences, entry_key
-from knowledge.logs.parsing import LineError, Readable, open_log, parse_stream
+from knowledge.logs.parsing import UNKNOWN_SERVICE, LineError, Readable, open_log, parse_stream
 from knowledge.models import LogEntry, LogFile
 
-__all__ = ["LOG_SUFFIXES", "IngestLimits", "IngestReport", "RefusedFile", "format_report", "ingest", "log_files"]
+__all__ = [
+    "LOG_SUFFIXES",
+    "IngestLimits",
+    "IngestReport",
+    "RefusedFile",
+    "format_report",
+    "ingest",
+    "log_files",
+    "service_of_file",
+]
 
 _SOURCE_CHARS = LogEntry._meta.get_field("source").max_length or 200
 
@@ -246,16 +256,63 @@ class _Tally:
     errors: list[LineError] = field(default_factory=list)
 
 
+#: file names that name no workload: their lines without a service stay ``unknown``
+_GENERIC_NAMES = frozenset(
+    [
+        "app",
+        "application",
+        "all",
+        "combined",
+        "console",
+        "container",
+        "current",
+        "events",
+        "kubelet",
+        "log",
+        "logs",
+        "messages",
+        "output",
+        "out",
+        "err",
+        "error",
+        "stderr",
+        "stdout",
+        "syslog",
+        "system",
+        "journal",
+        "k8s",
+        "kubernetes",
+    ]
+)
+
+
+def service_of_file(path: Path) -> str:
+    """The service a log file's name names, for its lines that name none: ``checkout-api.log``
+    and ``checkout-api-7d9f8b6c5d-xk2p9.log.gz`` → ``checkout-api``, as ``kubectl logs … >
+    <pod>.log`` saves them; a generic name (``events.jsonl``, ``app.log``, ``stdout.txt``) names
+    none, and its lines are ``unknown``."""
+    stem = path.name.lower()
+    while (suffix := Path(stem).suffix) and suffix in (*LOG_SUFFIXES, ".ndjson", ".out", ".err"):
+        stem = stem[: -len(suffix)]
+    stem = re.sub(r"[-_.](?:\d{4}-?\d{2}-?\d{2}(?:t?\d{2,6})?|\d+|current|previous|prev|old)$", "", stem)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,99}", stem) or stem in _GENERIC_NAMES:
+        return UNKNOWN_SERVICE
+    return workload_of(stem)
+
+
 def ingest(
     paths: Iterable[str | Path],
     *,
-    default_service: str,
+    default_service: str | None = None,
     batch: int = 2000,
     progress: bool = True,
     replace_existing: bool = False,
     limits: IngestLimits | None = None,
 ) -> IngestReport:
     """Parse the files and store their new entries as :class:`~knowledge.models.LogEntry` rows.
+
+    A line that names no service is ``default_service``'s, or by default the one its file's
+    name names (:func:`service_of_file`).
 
     Rows are inserted ``batch`` at a time (each batch commits on its own, so an interrupted
     ingest keeps what it stored, and running it again stores the rest). Entries already stored,
@@ -286,8 +343,9 @@ def ingest(
     now = datetime.now(UTC)
     for path in files:
         source = _source(path)
+        service = default_service or service_of_file(path)
         try:
-            survey = _survey(path, default_service, limits)
+            survey = _survey(path, service, limits)
         except _Refused as refusal:
             refused.append(RefusedFile(str(path), refusal.code, refusal.reason))
             continue
@@ -303,7 +361,7 @@ def ingest(
             tally = _ingest_file(
                 path,
                 source=source,
-                default_service=default_service,
+                default_service=service,
                 now=now,
                 batch=batch,
                 progress=progress,

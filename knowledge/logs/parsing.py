@@ -71,6 +71,8 @@ _LEVEL_WORDS = {
     **dict.fromkeys(("dbg", "verbose", "fine", "finer", "finest"), "DEBUG"),
     **dict.fromkeys(("information", "informational", "notice"), "INFO"),
     "severe": "ERROR",
+    "log": "INFO",  # PostgreSQL's level of its ordinary messages
+    **dict.fromkeys(("note", "system"), "INFO"),  # MySQL's
     **dict.fromkeys(("crit", "panic", "alert", "emerg", "emergency"), "FATAL"),
 }
 # syslog severities 0–7 (the PRI value modulo 8)
@@ -91,9 +93,12 @@ _ERROR_CONTENT = re.compile(
     r"\b(?:[a-z_$][\w$]*\.)*[A-Z][\w$]*(?:Error|Exception)\b|"
     r"\b(?:ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|ENOSPC|ENOENT|EACCES|EPERM|EPIPE|EHOSTUNREACH|"
     r"ENETUNREACH|EAI_AGAIN|EMFILE|ENOMEM|EADDRINUSE|EROFS|EDQUOT)\b|"
-    r"\b(?:refused|denied|undefined|expired|unreachable|killed|no\s+space|cannot|can't|unable\s+to|"
+    r"\b(?:refused|denied|forbidden|undefined|expired|exceeded|unreachable|killed|no\s+space|"
+    r"no\s+such\s+(?:file|host|container|device)|not\s+(?:found|permitted)|cannot|can't|unable\s+to|"
     r"could\s+not|couldn't|failed|failure|timed\s+out|timeout(?!\s*[=:]?\s*\d))\b|"
     r"\bexit(?:ed)?\s+(?:with\s+)?(?:code|status)?\s*[1-9]\d*\b|"
+    # an access log's server error: "GET /api HTTP/1.1" 502
+    r"\bHTTP/[\d.]+\"\s+5\d\d\b|"
     # the word error, but not "no errors", "0 errors", "error_count=0", "errors: 0"
     r"(?<!\bno\s)(?<!\b0\s)(?<!without\s)\berrors?\b(?!\s*[=:]\s*0\b)(?![_-])",
     re.IGNORECASE,
@@ -218,10 +223,17 @@ def _looks_binary(line: str) -> bool:
     return bad > 3 and bad > len(line) * 0.1
 
 
+#: ``kubectl logs --prefix``: ``[pod/checkout-api-7d9f8b6c5d-xk2p9/app] <the line>``
+_KUBECTL_PREFIX = re.compile(r"^\[pod/(?P<pod>[^/\]\s]+)/(?P<container>[^\]\s]+)\]\s+(?P<rest>\S.*)$", re.S)
+
+
 def _parse_text(line: str, default_service: str, now: datetime) -> ParsedLine:
     if line.startswith("{"):
         return _from_json(line, default_service)
-    for parser in (_from_monolog, _from_rfc5424, _from_syslog):
+    if (prefix := _KUBECTL_PREFIX.match(line)) is not None:
+        inner = _parse_text(prefix["rest"], workload_of(prefix["pod"]), now)
+        return replace(inner, attributes={**inner.attributes, "pod": prefix["pod"], "container": prefix["container"]})
+    for parser in (_from_monolog, _from_rfc5424, _from_syslog, _from_klog, _from_redis):
         parsed = parser(line, default_service, now)
         if parsed is not None:
             return parsed
@@ -236,7 +248,10 @@ def _parse_text(line: str, default_service: str, now: datetime) -> ParsedLine:
 
 # JSON and logfmt share the field names.
 _TS_KEYS = ("timestamp", "@timestamp", "ts", "time", "datetime")
-_SERVICE_KEYS = ("service", "service.name", "app", "application", "logger", "logger_name")
+_SERVICE_KEYS = ("service", "service.name", "app", "kubernetes.container_name")
+#: a logger names the service only when neither the line nor its file does (``logger`` of a
+#: Java or Go program is a class or component inside it)
+_LOGGER_KEYS = ("logger", "logger_name")
 _LEVEL_KEYS = ("level", "severity", "lvl", "log.level", "levelname", "loglevel")
 _MESSAGE_KEYS = ("message", "msg", "log", "event")
 
@@ -271,7 +286,10 @@ def _from_fields(fields: dict[str, Any], default_service: str) -> ParsedLine:
         if message_object is None:
             raise _Unparsable("no message field")
         message = json.dumps(message_object, ensure_ascii=False, sort_keys=True)
-    service = _take(rest, _SERVICE_KEYS, lambda v: isinstance(v, str | int) and str(v).strip() != "", str)
+    named = lambda v: isinstance(v, str | int) and str(v).strip() != ""  # noqa: E731
+    service = _take(rest, _SERVICE_KEYS, named, str)
+    if service is None and default_service == UNKNOWN_SERVICE:
+        service = _take(rest, _LOGGER_KEYS, named, str)
     raw_level = _take(rest, _LEVEL_KEYS, lambda v: isinstance(v, str | int | float) and not isinstance(v, bool))
     level = normalise_level(raw_level) if raw_level is not None else None
     if level is None and raw_level is not None:
@@ -313,7 +331,7 @@ def _kubernetes_event(fields: dict[str, Any]) -> dict[str, Any] | None:
         "component": fields.get("reportingComponent") or source.get("component"),
     }
     if name:
-        out["service"] = workload_of(name)
+        out["service"] = workload_of(name, str(about.get("kind") or "Pod"))
     level = _EVENT_LEVELS.get(str(fields.get("type", "")).lower())
     if level is not None:
         out["level"] = level
@@ -434,8 +452,8 @@ def _epoch(value: float) -> datetime:
 
 # plain-text formats
 
-_ISO = r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:[Zz]|[+-]\d{2}(?::?\d{2})?| ?UTC)?"
-_ISO_LINE = re.compile(rf"^\[?(?P<ts>{_ISO})\]?\s+(?P<rest>.+)$", re.S)
+_ISO = r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:[Zz]| ?[+-]\d{2}(?::?\d{2})?| ?UTC)?"
+_ISO_LINE = re.compile(rf"^(?:\[(?P<bts>{_ISO})\]\s*|(?P<ts>{_ISO})\s+)(?P<rest>.+)$", re.S)
 _MONOLOG = re.compile(
     r"^\[(?P<ts>[^\]]{10,40})\]\s+(?P<service>[^\s\[\]]+?)\.(?P<level>[A-Za-z]+):\s?(?P<msg>.*)$", re.S
 )
@@ -454,12 +472,14 @@ _RFC5424 = re.compile(
     re.S,
 )
 _ISO_SYSLOG_TAIL = re.compile(r"^(?P<host>[\w.\-]+) (?P<tag>[\w.\-/]+)\[(?P<pid>\d+)\]: ?(?P<rest>.*)$", re.S)
-_LEVEL_PART = r"(?P<tok>[\[<(]?(?P<lvl>[A-Za-z]{3,13})[\]>)]?:?)"
+_LEVEL_PART = r"(?P<tok>(?:[\[<(] ?)?(?P<lvl>[A-Za-z]{3,13})(?: (?=[\]>)]))?[\]>)]?:?)"
 _LEVEL_FIRST = re.compile(rf"^{_LEVEL_PART}(?:\s+(?P<after>.*))?$", re.S)
 _SYSLOG_SEQUENCE = re.compile(r"^\[\d+-\d+\]\s+")
-_BRACKET_SERVICE_FIRST = re.compile(rf"^\[(?P<svc>[^\]\s]{{1,200}})\]:?\s+{_LEVEL_PART}\s+(?P<msg>.*)$", re.S)
-_SERVICE_FIRST = re.compile(rf"^(?P<svc>[a-z0-9][a-z0-9_.\-/@]*):?\s+{_LEVEL_PART}\s+(?P<msg>.*)$", re.S)
-_BRACKET_SERVICE = re.compile(r"^\[(?P<svc>[^\]\s]{1,200})\]:?\s+(?P<msg>.*)$", re.S)
+_BRACKET_SERVICE_FIRST = re.compile(rf"^\[(?P<svc>[^\]\s:]{{1,200}})\]:?\s+{_LEVEL_PART}\s+(?P<msg>.*)$", re.S)
+_SERVICE_FIRST = re.compile(
+    rf"^(?P<svc>[a-z0-9](?=[a-z0-9_.\-/@]*[a-z])[a-z0-9_.\-/@]*):?\s+{_LEVEL_PART}\s+(?P<msg>.*)$", re.S
+)
+_BRACKET_SERVICE = re.compile(r"^\[(?P<svc>[^\]\s:]{1,200})\]:?\s+(?P<msg>.*)$", re.S)
 _COLON_SERVICE = re.compile(r"^(?P<svc>[a-z0-9][a-z0-9_.\-/@]*):\s+(?P<msg>.*)$", re.S)
 #: a bare word is a service only when it reads like one: lower case with a separator
 #: (``payment-service``, ``chat.tasks``), or followed by a capitalised word (``nginx Upstream …``)
@@ -469,17 +489,133 @@ _BARE_SERVICE = re.compile(
 
 
 def _from_iso(line: str, default_service: str) -> ParsedLine | None:
-    """``<ISO time> …``: level and service in any of the usual orders, or a syslog tail."""
+    """``<ISO time> …``: level and service in any of the usual orders, or a syslog tail.
+
+    What follows the time may be a whole line of its own, as ``kubectl logs --timestamps``
+    writes a container's output: a JSON or logfmt record, a klog line (``W0406 10:00:01.2 1
+    reflector.go:424] …``), or a line with its own time (Spring Boot, gunicorn, Fluent Bit,
+    PostgreSQL) and level. The outer time is kept (it is UTC); the rest is read as that line.
+    """
     m = _ISO_LINE.match(line)
     if m is None:
         return None
-    ts = _timestamp(m["ts"])
+    ts = _timestamp(m["ts"] or m["bts"])
     rest = m["rest"]
     syslog = _ISO_SYSLOG_TAIL.match(rest)
     if syslog is not None:
         return _syslog_entry(ts, syslog, None, default_service)
+    inner = _record_after_time(rest, ts, default_service)
+    if inner is not None:
+        return inner
+    attributes: dict[str, Any] = {}
+    if (first := _LEVEL_THEN_TIME.match(rest)) is not None and (level := normalise_level(first["lvl"])):
+        return _entry(ts, default_service, level, first["msg"], attributes)  # Django's "verbose" format
+    if (own := _INNER_TIME.match(rest)) is not None and own.end() < len(rest):
+        rest = rest[own.end() :]
+    if (jvm := _JVM_TAGS.match(rest)) is not None:
+        return _entry(ts, default_service, normalise_level(jvm["lvl"]), jvm["msg"], {"tags": jvm["tags"]})
+    if (pid := _PID_FIRST.match(rest)) is not None:
+        attributes.update({k: v for k, v in pid.groupdict().items() if v is not None})
+        rest = rest[pid.end() :]
     service, level, message = _service_level_message(rest)
-    return _entry(ts, service or default_service, level, message, {})
+    if level is not None and (spring := _SPRING_TAIL.match(message)) is not None:
+        attributes.update(pid=spring["pid"], thread=spring["thread"], logger=spring["logger"])
+        message = spring["msg"]
+    elif level is not None and service is None and (mysql := _MYSQL_TAIL.match(message)) is not None:
+        attributes.update(code=mysql["code"], subsystem=mysql["subsystem"])
+        message = mysql["msg"]
+    return _entry(ts, service or default_service, level, message, attributes)
+
+
+#: a second time after the first (an application's own, in whatever shape it writes it)
+_INNER_TIME = re.compile(
+    r"\[?\d{4}[-/]\d{2}[-/]\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:\s?(?:[Zz]|[+-]\d{2}:?\d{2}|UTC|GMT))?\]?\s+"
+)
+#: a level, then the application's own time: ``ERROR 2026-08-05 22:10:09,730 django.request …``
+_LEVEL_THEN_TIME = re.compile(rf"^(?P<lvl>[A-Z]{{4,8}})\s+{_ISO}\s+(?P<msg>\S.*)$", re.S)
+#: a process id where a service could stand: ``[1] [INFO] …`` (gunicorn), ``[1] LOG: …`` (PostgreSQL)
+_PID_FIRST = re.compile(r"(?:\[(?P<pid>\d{1,10})\]:?|(?P<thread>\d{1,10})(?=\s+\[[A-Za-z]))\s+")
+#: what MySQL writes after its level: ``[MY-010055] [Server] …``
+_MYSQL_TAIL = re.compile(r"^\[(?P<code>MY-\d+)\]\s+\[(?P<subsystem>[A-Za-z]+)\]\s+(?P<msg>.*)$", re.S)
+#: the JVM's unified logging after its time: ``[info][gc,heap] GC(12) Pause Young …``
+_JVM_TAGS = re.compile(r"^\[(?P<lvl>trace|debug|info|warning|error) *\]\[(?P<tags>[a-z0-9,]+) *\] ?(?P<msg>.*)$", re.S)
+#: Spring Boot's console line after its level: ``1 --- [main] o.s.b.SpringApplication : msg``
+_SPRING_TAIL = re.compile(r"^(?P<pid>\d+) --- \[\s*(?P<thread>[^\]]*)\] (?P<logger>\S+)\s+: (?P<msg>.*)$", re.S)
+_KLOG = re.compile(
+    r"^(?P<lvl>[IWEF])(?P<mon>\d{2})(?P<day>\d{2}) (?P<time>\d{2}:\d{2}:\d{2})(?P<frac>\.\d{1,9})?\s+"
+    r"(?P<pid>\d+) (?P<caller>[^\]\s]+)\] ?(?P<msg>.*)$",
+    re.S,
+)
+_KLOG_LEVELS = {"I": "INFO", "W": "WARN", "E": "ERROR", "F": "FATAL"}
+#: Redis: ``1:M 14 Jan 2026 10:00:00.123 # WARNING …``; the mark is the level
+_REDIS = re.compile(
+    r"^(?P<pid>\d+):(?P<role>[XCSM]) (?P<date>\d{1,2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2})(?P<frac>\.\d{1,6})?"
+    r" (?P<mark>[.*#-]) (?P<msg>.*)$",
+    re.S,
+)
+_REDIS_LEVELS = {".": "DEBUG", "-": "DEBUG", "*": "INFO", "#": "WARN"}
+
+
+def _record_after_time(rest: str, ts: datetime, default_service: str) -> ParsedLine | None:
+    """The JSON, logfmt or klog line that follows a time, read with that time; else ``None``."""
+    fields: Any = None
+    if rest.startswith("{"):
+        with contextlib.suppress(json.JSONDecodeError, RecursionError):
+            fields = _JSON.decode(rest)
+        if isinstance(fields, dict):
+            fields = _clean(fields) if "\\u" in rest else fields
+    elif (klog := _KLOG.match(rest)) is not None:
+        attributes = {"pid": klog["pid"], "caller": klog["caller"]}
+        return _entry(ts, default_service, _KLOG_LEVELS[klog["lvl"]], klog["msg"], attributes)
+    elif (redis := _REDIS.match(rest)) is not None:
+        return _redis_entry(ts, redis, default_service)
+    else:
+        fields = _logfmt(rest)
+        if fields is not None and not any(key in fields for key in (*_LEVEL_KEYS, *_MESSAGE_KEYS)):
+            fields = None
+    if not isinstance(fields, dict):
+        return None
+    for key in _TS_KEYS:
+        fields.pop(key, None)
+    fields["timestamp"] = ts.isoformat()
+    try:
+        return _from_fields(fields, default_service)
+    except _Unparsable:
+        return None
+
+
+def _redis_entry(ts: datetime, m: re.Match[str], default_service: str) -> ParsedLine:
+    return _entry(ts, default_service, _REDIS_LEVELS[m["mark"]], m["msg"], {"pid": m["pid"], "role": m["role"]})
+
+
+def _from_redis(line: str, default_service: str, _now: datetime) -> ParsedLine | None:
+    m = _REDIS.match(line)
+    if m is None:
+        return None
+    try:
+        ts = datetime.strptime(m["date"], "%d %b %Y %H:%M:%S")
+    except ValueError:
+        return None
+    micro = int(float(m["frac"]) * 1_000_000) if m["frac"] else 0
+    return _redis_entry(_aware(ts.replace(microsecond=micro)), m, default_service)
+
+
+def _from_klog(line: str, default_service: str, now: datetime) -> ParsedLine | None:
+    """A klog line (Kubernetes components): ``E0406 10:00:01.123456 1 file.go:42] msg``. Its time
+    has no year and no zone: the current year (the previous one for a date that would lie in
+    the future) and UTC are assumed, as for syslog."""
+    m = _KLOG.match(line)
+    if m is None:
+        return None
+    hour, minute, second = (int(x) for x in m["time"].split(":"))
+    micro = int(float(m["frac"][:7]) * 1_000_000) if m["frac"] else 0
+    try:
+        ts = datetime(now.year, int(m["mon"]), int(m["day"]), hour, minute, second, micro, tzinfo=UTC)
+        if ts > now + timedelta(days=1):
+            ts = ts.replace(year=now.year - 1)
+    except ValueError:
+        raise _Unparsable("invalid klog date") from None
+    return _entry(ts, default_service, _KLOG_LEVELS[m["lvl"]], m["msg"], {"pid": m["pid"], "caller": m["caller"]})
 
 
 def _service_level_message(rest: str) -> tuple[str | None, str | None, str]:
@@ -490,6 +626,8 @@ def _service_level_message(rest: str) -> tuple[str | None, str | None, str]:
     m = _LEVEL_FIRST.match(rest)
     if m is not None and (level := _level_of(m)) is not None:
         after = m["after"] or ""
+        if m["tok"].endswith(":") or _MYSQL_TAIL.match(after):
+            return None, level, after  # "LOG:  received SIGHUP": what follows a level's colon is the message
         s = _BRACKET_SERVICE.match(after) or _COLON_SERVICE.match(after) or _BARE_SERVICE.match(after)
         return (s["svc"], level, s["msg"]) if s is not None else (None, level, after)
     return None, None, rest
@@ -557,6 +695,10 @@ def _from_rfc5424(line: str, default_service: str, _now: datetime) -> ParsedLine
 def _syslog_entry(ts: datetime, m: re.Match[str], pri: str | None, default_service: str) -> ParsedLine:
     attributes = {k: m[k] for k in ("host", "pid") if m[k] and m[k] != "-"}
     rest = m["rest"].lstrip("\ufeff")
+    tag = m["tag"] if m["tag"] != "-" else default_service
+    if (klog := _KLOG.match(rest)) is not None:  # a Kubernetes component under journald
+        attributes["caller"] = klog["caller"]
+        return _entry(ts, tag, _KLOG_LEVELS[klog["lvl"]], klog["msg"], attributes)
     level = None
     # PostgreSQL numbers its syslog lines ("[3-1] FATAL:  …"): the level word follows the number
     lm = _LEVEL_FIRST.match(_SYSLOG_SEQUENCE.sub("", rest, count=1))
@@ -564,7 +706,6 @@ def _syslog_entry(ts: datetime, m: re.Match[str], pri: str | None, default_servi
         rest = lm["after"] or ""
     elif pri is not None and int(pri) <= 191:
         level = _SYSLOG_SEVERITY[int(pri) % 8]
-    tag = m["tag"] if m["tag"] != "-" else default_service
     return _entry(ts, tag, level, rest, attributes)
 
 
@@ -598,6 +739,10 @@ _CONTINUATION = re.compile(
     r"^(?:[ \t]+\S|Caused by:|Traceback \(most recent call last\)|\.\.\. \d+ more"
     r"|(?:[a-zA-Z_$][\w$]*\.)*[A-Z][\w$]*(?:Error|Exception|Exit|Interrupt|Warning)\b(?::|$))"
 )
+
+
+#: kubectl's time and the container's line as it wrote it, leading spaces included
+_STAMPED = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z(?: (?P<body>.*))?$", re.S)
 
 
 def open_log(path: str | Path) -> io.BufferedIOBase:
@@ -663,8 +808,14 @@ def parse_stream(
             text = raw.decode("utf-8", errors="replace")
             if not text.strip():
                 continue
-            if pending is not None and _CONTINUATION.match(text) and not _looks_binary(text):
-                folded.append(text.rstrip())
+            # ``kubectl logs --timestamps`` puts its time before every line the container wrote,
+            # the empty ones and those that continue an entry (a stack trace, an indented note).
+            stamped = _STAMPED.match(text)
+            body = (stamped["body"] or "") if stamped is not None else text
+            if stamped is not None and not body.strip():
+                continue
+            if pending is not None and _CONTINUATION.match(body) and not _looks_binary(body):
+                folded.append(body.rstrip())
                 continue
             parsed = _parse(text, default_service=default_service, now=now, max_chars=max_line_bytes)
             result = parsed

@@ -38,7 +38,7 @@ def assert_fallback(run: object) -> None:
 def test_a_pods_name_is_its_workloads_and_words_are_never_taken_for_generated_suffixes() -> None:
     assert workload_of(POD) == "checkout-api"
     assert workload_of("nightly-export-x7k2q") == "nightly-export"  # a Job's pod
-    assert workload_of("redis-0") == "redis-0"  # a StatefulSet's pod names itself
+    assert workload_of("redis-0") == "redis"  # a StatefulSet's pod: its name and an ordinal
     assert workload_of("payment-redis") == "payment-redis"  # "redis" has vowels: a word, not a suffix
     assert workload_of("checkout-api") == "checkout-api"
     assert subject_of(QUESTION, {"checkout-api", "fluent-bit", "shop"}) == {"checkout-api", "shop"}

@@ -178,8 +178,8 @@ def test_plain_text_formats(text: str, expected: tuple[Any, ...]) -> None:
         ),
         pytest.param(
             {"ts": "2026-11-30 10:02:00", "logger": "com.zaxxer.hikari", "lvl": 50, "msg": "pool"},
-            (T, "com.zaxxer.hikari", "ERROR", "pool", {}),
-            id="naive-time-is-utc-numeric-level",
+            (T, "default-svc", "ERROR", "pool", {"logger": "com.zaxxer.hikari"}),
+            id="naive-time-is-utc-numeric-level-logger-kept",
         ),
         pytest.param(
             {"ts": "2026-11-30T10:02:00Z", "level": "BANANA", "msg": "odd", "service": "pay"},
@@ -238,6 +238,187 @@ def test_a_kubernetes_event_reads_as_its_workloads_line() -> None:
     # an object that merely has a "reason" is no event
     plain = parsed(json.dumps({"ts": "2026-11-30T10:00:00Z", "reason": "x", "message": "done"}))
     assert plain.message == "done" and plain.attributes["reason"] == "x"
+
+
+# What ``kubectl logs --timestamps`` prints: its own UTC time, then the container's line as the
+# program wrote it, with its own level (and sometimes its own time) in its own shape.
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "2026-11-30T10:02:00Z W1130 10:01:59.123456       1 reflector.go:424] failed to list *v1.Pod",
+            ("svc", "WARN", "failed to list *v1.Pod", {"pid": "1", "caller": "reflector.go:424"}),
+            id="klog",
+        ),
+        pytest.param(
+            '2026-11-30T10:02:00Z {"level":"error","msg":"connect failed","logger":"db","attempt":3}',
+            ("svc", "ERROR", "connect failed", {"logger": "db", "attempt": 3}),
+            id="json",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00Z 1:M 30 Nov 2026 10:01:59.120 # WARNING overcommit_memory is set to 0!",
+            ("svc", "WARN", "WARNING overcommit_memory is set to 0!", {"pid": "1", "role": "M"}),
+            id="redis",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00.000000Z 13 [Warning] [MY-010055] [Server] IP address could not be resolved",
+            (
+                "svc",
+                "WARN",
+                "IP address could not be resolved",
+                {"thread": "13", "code": "MY-010055", "subsystem": "Server"},
+            ),
+            id="mysql-8",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00.000000Z 80 [Note] [MY-010914] [Server] Got an error reading communication packets",
+            (
+                "svc",
+                "INFO",
+                "Got an error reading communication packets",
+                {"thread": "80", "code": "MY-010914", "subsystem": "Server"},
+            ),
+            id="mysql-note-is-not-an-error",
+        ),
+        pytest.param(
+            "[2026-11-30T10:02:00.000+0000][info][gc,heap] GC(12) Pause Young (Normal) 120M->40M(256M) 3.2ms",
+            ("svc", "INFO", "GC(12) Pause Young (Normal) 120M->40M(256M) 3.2ms", {"tags": "gc,heap"}),
+            id="jvm-unified-logging",
+        ),
+        pytest.param(
+            "2026-11-30 10:02:00.000 UTC [1] LOG:  received SIGHUP, reloading configuration files",
+            ("svc", "INFO", "received SIGHUP, reloading configuration files", {"pid": "1"}),
+            id="postgres-after-the-colon-no-service",
+        ),
+        pytest.param(
+            '2026-11-30T10:02:00Z level=warn msg="slow call" took=3s',
+            ("svc", "WARN", "slow call", {"took": "3s"}),
+            id="logfmt",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00Z 2026-11-30 10:01:59.981  WARN 1 --- [           main] o.s.b.SpringApplication"
+            "                  : Application run failed",
+            (
+                "svc",
+                "WARN",
+                "Application run failed",
+                {"pid": "1", "thread": "main", "logger": "o.s.b.SpringApplication"},
+            ),
+            id="spring-boot",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00Z [2026-11-30 10:01:59 +0000] [1] [INFO] Starting gunicorn 21.2.0",
+            ("svc", "INFO", "Starting gunicorn 21.2.0", {"pid": "1"}),
+            id="gunicorn",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00Z [2026/11/30 10:01:59] [ warn] [input:tail:tail.0] file rotated",
+            ("svc", "WARN", "[input:tail:tail.0] file rotated", {}),
+            id="fluent-bit",
+        ),
+        pytest.param(
+            "2026-11-30 10:02:00.000 UTC [1] LOG:  database system is ready to accept connections",
+            ("svc", "INFO", "database system is ready to accept connections", {"pid": "1"}),
+            id="postgres",
+        ),
+        pytest.param(
+            '2026-11-30 10:02:00.000 UTC [57] FATAL:  password authentication failed for user "app"',
+            ("svc", "FATAL", 'password authentication failed for user "app"', {"pid": "57"}),
+            id="postgres-fatal",
+        ),
+    ],
+)
+def test_a_containers_own_line_after_the_kubectl_time(text: str, expected: tuple[Any, ...]) -> None:
+    line = parsed(text, default_service="svc")
+    assert line.ts == T
+    assert (line.service, line.level, line.message, dict(line.attributes)) == expected
+    assert line.level_stated
+
+
+def test_kubectl_timestamps_keep_a_stack_trace_and_a_note_with_their_entry(tmp_path: Path) -> None:
+    path = tmp_path / "profile-api.log"
+    path.write_text(
+        "2026-11-30T10:02:00.000001Z Error: Database is uninitialized and superuser password is not specified.\n"
+        "2026-11-30T10:02:00.000002Z        You must specify POSTGRES_PASSWORD to a non-empty value for the\n"
+        "2026-11-30T10:02:00.000003Z        superuser.\n"
+        "2026-11-30T10:02:00.000004Z\n"  # the container printed an empty line
+        "2026-11-30T10:02:01.000000Z ERROR 2026-11-30 10:02:01,000 django.request Internal Server Error: /api\n"
+        "2026-11-30T10:02:01.000001Z Traceback (most recent call last):\n"
+        '2026-11-30T10:02:01.000002Z   File "/app/db.py", line 3, in connect\n'
+        "2026-11-30T10:02:01.000003Z psycopg2.OperationalError: connection to server failed: Connection refused\n"
+        "2026-11-30T10:02:01.000004Z \tIs the server running on that host and accepting TCP/IP connections?\n"
+        "2026-11-30T10:02:02.000000Z next request\n"
+    )
+    entries = [e for e in parse_file(path, default_service="profile-api", now=NOW) if isinstance(e, ParsedLine)]
+    assert len(entries) == len(list(parse_file(path, now=NOW)))  # no line refused
+    first, second, third = entries
+    assert (first.level, first.continued) == ("ERROR", 2)
+    assert "POSTGRES_PASSWORD" in first.attributes["continuation"]
+    assert (second.level, second.message) == ("ERROR", "django.request Internal Server Error: /api")
+    assert "psycopg2.OperationalError" in second.attributes["continuation"]
+    assert "Is the server running" in second.attributes["continuation"]
+    assert third.message == "next request"
+
+
+def test_a_klog_line_under_journald_keeps_its_level() -> None:
+    line = parsed(
+        'Nov 30 10:02:00 node-1 kubelet[1234]: W1130 10:02:00.000000    1234 eviction_manager.go:349] "Eviction manager:'
+        ' attempting to reclaim" resourceName="ephemeral-storage"'
+    )
+    assert (line.ts, line.service, line.level) == (T, "kubelet", "WARN")
+    assert line.message.startswith('"Eviction manager: attempting to reclaim"')
+    assert line.attributes["caller"] == "eviction_manager.go:349"
+
+
+def test_gunicorns_own_line_reads_its_level_not_its_pid() -> None:
+    line = parsed("[2026-11-30 10:02:00 +0000] [1] [INFO] Booting worker with pid: 8", default_service="svc")
+    assert (line.ts, line.service, line.level, line.message) == (T, "svc", "INFO", "Booting worker with pid: 8")
+
+
+def test_a_logger_names_the_service_only_when_nothing_else_does() -> None:
+    line = parse_line('{"ts": "2026-11-30T10:02:00Z", "logger": "karpenter", "msg": "launched"}')
+    assert line is not None and line.service == "karpenter"
+    # an Argo CD line's application is the one it deploys, not the controller that wrote it
+    argo = parsed("time=2026-11-30T10:02:00Z level=info msg=synced application=argocd/pricing", default_service="svc")
+    assert (argo.service, argo.attributes["application"]) == ("svc", "argocd/pricing")
+
+
+def test_a_redis_line_of_its_own() -> None:
+    line = parsed("1:M 30 Nov 2026 10:02:00.000 * Ready to accept connections tcp")
+    assert (line.ts, line.level, line.message) == (T, "INFO", "Ready to accept connections tcp")
+
+
+def test_a_klog_line_of_its_own_takes_the_current_year() -> None:
+    line = parsed('E1130 10:02:00.000000       1 controller.go:123] error syncing "ops/reconciler"')
+    assert (line.ts, line.level, line.attributes["caller"]) == (T, "ERROR", "controller.go:123")
+    # a December line read in January is last year's
+    january = parse_line("I1231 23:59:00.000000 1 main.go:1] ok", now=datetime(2027, 1, 1, tzinfo=UTC))
+    assert january is not None and january.ts.year == 2026
+
+
+def test_kubectl_prefix_names_the_pods_workload_and_container() -> None:
+    line = parsed(
+        "[pod/checkout-api-7d9f8b6c5d-xk2p9/app] 2026-11-30T10:02:00Z exec /start.sh: no such file or directory"
+    )
+    assert (line.ts, line.service, line.level) == (T, "checkout-api", "ERROR")
+    assert line.message == "exec /start.sh: no such file or directory"
+    assert (line.attributes["pod"], line.attributes["container"]) == ("checkout-api-7d9f8b6c5d-xk2p9", "app")
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "workload"),
+    [
+        ("ReplicaSet", "checkout-api-7d9f8b6c5d", "checkout-api"),
+        ("Job", "nightly-export-28596540", "nightly-export"),
+        ("Pod", "nightly-export-28596540-x7k2q", "nightly-export"),
+        ("PersistentVolumeClaim", "data-ledger-0", "data-ledger-0"),
+        ("Node", "node-7d9f8b6c5d", "node-7d9f8b6c5d"),  # a node's name is its own, whatever it looks like
+    ],
+)
+def test_an_events_object_names_its_workload_by_its_kind(kind: str, name: str, workload: str) -> None:
+    event = {"involvedObject": {"kind": kind, "name": name}, "reason": "R", "message": "m", "type": "Warning"}
+    line = parsed(json.dumps({**event, "lastTimestamp": "2026-11-30T10:02:00Z"}))
+    assert (line.service, line.attributes["object"]) == (workload, name)
 
 
 @pytest.mark.parametrize(
@@ -312,6 +493,9 @@ UNLEVELLED_FAILURES = [
     ("Last state: Terminated, Reason: OOMKilled, Exit Code: 137", "FATAL"),
     ("DeprecationWarning: the 'fork' start method is deprecated", "WARN"),
     ("retrying in 5 s (attempt 2 of 5)", "WARN"),
+    ("exec /start.sh: no such file or directory", "ERROR"),
+    ('pods is forbidden: User "system:serviceaccount:ops:reconciler" cannot list resource "pods"', "ERROR"),
+    ('10.0.0.1 - - [30/Nov/2026:10:02:00 +0000] "GET /api/v1/home HTTP/1.1" 502 157 "-" "curl/8.5"', "ERROR"),
 ]
 UNLEVELLED_ORDINARY = [
     "Listening on 0.0.0.0:8080",
@@ -322,6 +506,7 @@ UNLEVELLED_ORDINARY = [
     "process exited with code 0",
     "Registered 12 routes",
     "GET /healthz 200 1ms",
+    '10.0.0.1 - - [30/Nov/2026:10:02:00 +0000] "GET /api/v1/home HTTP/1.1" 200 5120 "-" "curl/8.5"',
 ]
 
 

@@ -131,6 +131,29 @@ def test_the_command_prints_the_report_with_line_numbers(tmp_path: Path) -> None
     assert LogEntry.objects.filter(service="checkout-default").count() == 1
 
 
+@pytest.mark.parametrize(
+    ("name", "named"),
+    [
+        ("checkout-api.log", "checkout-api"),
+        ("checkout-api-7d9f8b6c5d-xk2p9.log.gz", "checkout-api"),  # kubectl logs <pod> > <pod>.log
+        ("ledger_worker.2026-11-30.txt", "ledger_worker"),
+        ("nightly-export.1.log", "nightly-export"),
+        ("events.jsonl", "unknown"),
+        ("stdout.log", "unknown"),
+        ("Weird Name!.log", "unknown"),
+    ],
+)
+def test_a_line_naming_no_service_is_its_files(tmp_path: Path, name: str, named: str) -> None:
+    path = tmp_path / name
+    text = b"2026-11-30T10:02:00Z exec /start.sh: no such file or directory\n"
+    path.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    assert ingest_module.service_of_file(path) == named
+
+    call_command("ingest_logs", str(path), "--quiet", stdout=io.StringIO())
+
+    assert list(LogEntry.objects.values_list("service", "level")) == [(named, LogLevel.ERROR)]
+
+
 def test_the_command_lists_only_the_first_twenty_errors(tmp_path: Path) -> None:
     path = tmp_path / "noisy.log"
     path.write_text("2026-11-30T10:00:00Z INFO svc-a ok\n" + "junk\n" * 30)

@@ -27,8 +27,9 @@ class Command(BaseCommand):
         parser.add_argument("paths", nargs="+", metavar="PATH", help="log files, or folders of them, to ingest")
         parser.add_argument(
             "--service",
-            default=UNKNOWN_SERVICE,
-            help=f"the service of lines that name none (default: {UNKNOWN_SERVICE})",
+            default=None,
+            help="the service of lines that name none (default: the one the file's name names, "
+            f"checkout-api.log → checkout-api; {UNKNOWN_SERVICE} for a generic name such as events.jsonl)",
         )
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
         parser.add_argument("--batch", type=int, default=2000, help="rows per insert (default: 2000)")

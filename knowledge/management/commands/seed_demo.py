@@ -17,7 +17,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from knowledge.fixtures import FixtureError, merge, read_tables, write_tables
 from knowledge.logs.ingest import ingest, log_files
-from knowledge.logs.parsing import UNKNOWN_SERVICE
 from knowledge.runbooks import load_runbooks
 from knowledge.scenarios import SHIPPED_RUNBOOKS, load_documents
 
@@ -42,7 +41,7 @@ class Command(BaseCommand):
         docs = [p for incident in incidents for p in [incident / "docs"] if p.is_dir()]
         problems = load_documents(docs, embedder=embedder())
         logs = log_files(p for incident in incidents if (p := incident / "logs").is_dir())
-        report = ingest(logs, default_service=UNKNOWN_SERVICE, progress=not options["quiet"], replace_existing=True)
+        report = ingest(logs, progress=not options["quiet"], replace_existing=True)
         if report.refused:
             refused = report.refused[0]
             raise CommandError(f"{refused.path}: refused ({refused.code}): {refused.reason}")
