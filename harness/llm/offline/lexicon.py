@@ -146,7 +146,9 @@ SYMPTOM_TERMS = frozenset(
 RESTATEMENT = re.compile(
     r"back-?off\s+restarting|restarting\s+failed\s+container|crash\s*loop(ing|\s*back-?off)?|"
     r"backoff\s*limit\s*exceeded|reached\s+the\s+specified\s+backoff\s+limit|too\s+many\s+restarts|"
-    r"\bcontainer\s+\S+\s+(restarted|exited|terminated)\b",
+    r"\bcontainer\s+\S+\s+(restarted|exited|terminated)\b|"
+    # an access log's line for a failed request: the symptom as the proxy saw it
+    r"\bHTTP/[\d.]+\"\s+[45]\d\d\b",
     re.IGNORECASE,
 )
 #: What an orchestrator says when it knows why a workload is down: the diagnosis itself, not a
