@@ -249,6 +249,7 @@ def _parse_text(line: str, default_service: str, now: datetime) -> ParsedLine:
 # JSON and logfmt share the field names.
 _TS_KEYS = ("timestamp", "@timestamp", "ts", "time", "datetime")
 _SERVICE_KEYS = ("service", "service.name", "app", "kubernetes.container_name")
+_ERROR_KEYS = ("error", "err", "error.message", "exception")
 #: a logger names the service only when neither the line nor its file does (``logger`` of a
 #: Java or Go program is a class or component inside it)
 _LOGGER_KEYS = ("logger", "logger_name")
@@ -287,6 +288,11 @@ def _from_fields(fields: dict[str, Any], default_service: str) -> ParsedLine:
             raise _Unparsable("no message field")
         message = json.dumps(message_object, ensure_ascii=False, sort_keys=True)
     named = lambda v: isinstance(v, str | int) and str(v).strip() != ""  # noqa: E731
+    # zap, logrus and friends put the reason beside the message ("fx lookup failed",
+    # error="… certificate has expired"): the line says both, so the message does too
+    error = _take(rest, _ERROR_KEYS, lambda v: isinstance(v, str) and v.strip() != "", str)
+    if error is not None and error not in str(message):
+        message = f"{message}: {error}"
     service = _take(rest, _SERVICE_KEYS, named, str)
     if service is None and default_service == UNKNOWN_SERVICE:
         service = _take(rest, _LOGGER_KEYS, named, str)
@@ -741,6 +747,8 @@ _CONTINUATION = re.compile(
 )
 
 
+#: a continuation line that goes on with the message's prose: indented words, not a stack frame
+_WRAPPED = re.compile(r"^[ \t]+(?!at |File |\.\.\. |Caused by|Traceback)[A-Za-z\"'(][^\n]{0,300}$")
 #: kubectl's time and the container's line as it wrote it, leading spaces included
 _STAMPED = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z(?: (?P<body>.*))?$", re.S)
 
@@ -791,6 +799,10 @@ def parse_stream(
     def flush() -> ParsedLine | None:
         if pending is None or not folded:
             return pending
+        if all(_WRAPPED.match(line) for line in folded):
+            # an indented note that continues the message's sentence, not a stack trace
+            message = " ".join([pending.message, *(line.strip() for line in folded)])[:MAX_MESSAGE_CHARS]
+            return replace(pending, message=message, continued=len(folded))
         text = "\n".join(folded)[:MAX_MESSAGE_CHARS]
         attributes = {**pending.attributes, "continuation": text}
         level = pending.level

@@ -182,6 +182,11 @@ def test_plain_text_formats(text: str, expected: tuple[Any, ...]) -> None:
             id="naive-time-is-utc-numeric-level-logger-kept",
         ),
         pytest.param(
+            {"ts": "2026-11-30T10:02:00Z", "level": "error", "msg": "fx lookup failed", "error": "x509: expired"},
+            (T, "default-svc", "ERROR", "fx lookup failed: x509: expired", {}),
+            id="zap-error-field-joins-the-message",
+        ),
+        pytest.param(
             {"ts": "2026-11-30T10:02:00Z", "level": "BANANA", "msg": "odd", "service": "pay"},
             (T, "pay", "INFO", "odd", {"raw_level": "BANANA"}),
             id="unknown-level-kept",
@@ -353,7 +358,10 @@ def test_kubectl_timestamps_keep_a_stack_trace_and_a_note_with_their_entry(tmp_p
     assert len(entries) == len(list(parse_file(path, now=NOW)))  # no line refused
     first, second, third = entries
     assert (first.level, first.continued) == ("ERROR", 2)
-    assert "POSTGRES_PASSWORD" in first.attributes["continuation"]
+    assert first.message == (
+        "Database is uninitialized and superuser password is not specified. "
+        "You must specify POSTGRES_PASSWORD to a non-empty value for the superuser."
+    )
     assert (second.level, second.message) == ("ERROR", "django.request Internal Server Error: /api")
     assert "psycopg2.OperationalError" in second.attributes["continuation"]
     assert "Is the server running" in second.attributes["continuation"]
@@ -751,8 +759,9 @@ def test_stack_traces_are_folded_into_their_entry(tmp_path: Path) -> None:
     assert first.continued == 5
     assert first.attributes["continuation"].splitlines()[0] == "java.lang.IllegalStateException: pool exhausted"
     assert "HikariPool.java:181" in first.attributes["continuation"]
-    assert second.message == "next" and second.line_number == 7
-    assert second.continued == 1
+    # an indented line of words goes on with the message; a stack trace stays beside it
+    assert second.message == "next an indented line continues the entry before it" and second.line_number == 7
+    assert second.continued == 1 and "continuation" not in second.attributes
     assert len(items) == 2
 
 
