@@ -7,8 +7,9 @@ incident is not "the change". Each on a small incident of its own."""
 from __future__ import annotations
 
 from harness.inmemory import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
+from harness.llm.offline.evidence import ChangeRow
 from harness.llm.offline.lexicon import ORCHESTRATOR_DIAGNOSIS, RESTATEMENT
-from harness.llm.offline.reasoning import subject_of
+from harness.llm.offline.reasoning import state_patterns, subject_of
 from harness.logs import workload_of
 from harness.ports import KnowledgeChunk, LogLine
 from tests.harness.test_offline import assert_verified_diagnosis, diagnose
@@ -165,3 +166,54 @@ def test_a_workload_created_hours_before_is_not_the_change() -> None:
     assert "created" not in run.payload["root_cause"]
     # "around 10:00" gives no date: the report says which day it took
     assert any("gives no date" in note and "2026-12-01 10:00 UTC" in note for note in run.payload["limitations"])
+
+
+def test_the_reason_a_template_would_mask_is_named_in_the_root_cause() -> None:
+    # "3 Insufficient cpu": the count is masked in the template, the reason is not lost with it
+    lines = traffic(["report-renderer"])
+    lines += burst(
+        "report-renderer", "WARN", 120.0, 30,
+        "FailedScheduling: 0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: "
+        "3 No preemption victims found for incoming pod.", 1,
+    )  # fmt: skip
+    run = diagnose(
+        "report-renderer-7b9d6c8f5-4wtr8 has been Pending since 10:00 UTC. Why?",
+        logs=InMemoryLogs(lines),
+        sql=no_tables(),
+    )
+
+    assert_verified_diagnosis(run)
+    assert "Insufficient cpu" in run.payload["root_cause"]
+
+
+def test_a_mount_that_timed_out_restates_the_attach_error_beside_it() -> None:
+    mount = (
+        "FailedMount: Unable to attach or mount volumes: unmounted volumes=[data]: timed out waiting for the condition"
+    )
+    assert RESTATEMENT.search(mount)
+    lines = traffic(["orders-db", "orders-api"])
+    lines += burst("orders-db", "WARN", 119.0, 8, 'FailedAttachVolume: Multi-Attach error for volume "pvc-{i}" Volume'
+                   " is already exclusively attached to one node and can't be attached to another", 10)  # fmt: skip
+    lines += burst("orders-db", "WARN", 121.0, 8, mount, 10)
+    # its client fails from earlier and louder, and names no reason of the database's
+    lines += burst("orders-api", "ERROR", 115.0, 60, "HikariPool-1 - Connection is not available, request timed out", 2)
+    run = diagnose(
+        "orders-db-0 has been stuck in ContainerCreating since 10:00 UTC. What is wrong with it?",
+        logs=InMemoryLogs(lines),
+        sql=no_tables(),
+    )
+
+    assert_verified_diagnosis(run)
+    assert "Multi-Attach" in run.payload["root_cause"]
+
+
+def test_a_state_row_is_its_pods_workloads_when_no_service_of_the_logs_is_named() -> None:
+    quote = "ledger-worker-7c9d5b8f4-q2mzx CrashLoopBackOff OOMKilled 137 ip-10-20-3-41"
+    row = ChangeRow(
+        "c1", quote, ["pod", "phase", "reason", "exit_code", "node"], None, frozenset(), False, "pod_status"
+    )
+
+    (pattern,) = state_patterns([row], {"push-gateway"})
+
+    # the pod's workload, not the node's name with its last number taken for an ordinal
+    assert pattern.services == ("ledger-worker",)

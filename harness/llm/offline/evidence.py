@@ -53,6 +53,19 @@ def literal(template: str) -> str:
     return _DANGLING.sub("", best).strip(" -:,;=")[:160]
 
 
+#: a cause's message up to this long is named whole; a longer one by its longest constant run
+NAMED_WHOLE_CHARS = MAX_QUOTE_CHARS
+
+
+def named(template: str, example: str) -> str:
+    """What a report calls a line: its message when short (the reason is often in a part a
+    template masks, "0/3 nodes are available: 3 Insufficient cpu"), else :func:`literal`."""
+    text = untruncated(example).strip()
+    if 0 < len(text) <= NAMED_WHOLE_CHARS:
+        return text
+    return literal(template) or excerpt(example)
+
+
 def excerpt(text: str) -> str:
     """The text as a claim quotes it: without a truncation marker, at most ``MAX_QUOTE_CHARS``."""
     text = untruncated(text).strip()

@@ -147,6 +147,8 @@ RESTATEMENT = re.compile(
     r"back-?off\s+restarting|restarting\s+failed\s+container|crash\s*loop(ing|\s*back-?off)?|"
     r"backoff\s*limit\s*exceeded|reached\s+the\s+specified\s+backoff\s+limit|too\s+many\s+restarts|"
     r"\bcontainer\s+\S+\s+(restarted|exited|terminated)\b|"
+    # a mount that waited in vain: its reason is in the attach or mount event beside it
+    r"(?:failed\s*mount:\s*)?unable\s+to\s+(?:attach\s+or\s+)?mount\s+volumes:.*?timed\s+out\s+waiting\s+for\s+the\s+condition|"
     # an access log's line for a failed request: the symptom as the proxy saw it
     r"\bHTTP/[\d.]+\"\s+[45]\d\d\b",
     re.IGNORECASE,
@@ -197,6 +199,14 @@ CHANGE_TERMS = frozenset(
         "feature",
         "parameter",
         "param",
+        # an operator's work on the system: maintenance steps, operations, scaling actions
+        "maintenance",
+        "operation",
+        "operations",
+        "action",
+        "actions",
+        "scale",
+        "scaling",
     ]
 )
 

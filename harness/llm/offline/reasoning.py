@@ -51,6 +51,8 @@ MIN_CAUSE_SCORE = 3.0
 #: The log window searched around a symptom's onset: causes start shortly before it.
 INCIDENT_LEAD = timedelta(minutes=60)
 INCIDENT_TAIL = timedelta(minutes=15)
+#: a state row observed further than this from the symptom's beginning says nothing of it
+STATE_SPAN = timedelta(hours=12)
 #: A symptom begins around the time the report gives: at most this long before it, or after it.
 REPORT_LEAD = timedelta(minutes=45)
 REPORT_LAG = timedelta(minutes=90)
@@ -373,6 +375,8 @@ def state_patterns(rows: list[ChangeRow], services: AbstractSet[str]) -> list[Pa
         text = row.quote.lower()
         named = {workload_of(name) for name in _NAME.findall(text)}
         owners = tuple(sorted(s for s in services if s.lower() in named or _mentions(text, s)))
+        # else the workload of a pod the row names (ledger-worker-7c9d5b8f4-q2mzx → ledger-worker)
+        owners = owners or tuple(sorted({w for n in _NAME.findall(text) if len(n) - len(w := workload_of(n)) >= 6}))
         key = (row.table, log_template(row.quote))
         known = found.get(key)
         if known is not None:
@@ -443,8 +447,11 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         value += min(_change_support(p, ev)[0], 4.0) * 0.75
         if ORCHESTRATOR_DIAGNOSIS.search(f"{p.template} {p.example}"):
             value += 1.5  # the orchestrator says why: OOMKilled, an image it cannot pull, a failed probe
+            if set(p.services) & ev.subject:
+                value += 1.5  # and of the very workload asked about: what its clients say follows from it
         if not ev.is_linked(p):
             value -= 3.0  # another component, with nothing tying it to the workload asked about
+
         return value + 0.5 * min(math.log10(max(p.count, 1)), 2.0)
 
     # A restart, a back-off, a crash loop: the failure restated, never its reason.
@@ -457,21 +464,29 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         and p is not symptom
         and not restates(p)
         and not (began is not None and p.first is not None and not p.table and p.first > began + INCIDENT_TAIL)
+        # a state observed on another day is another incident's
+        and not (began is not None and p.first is not None and p.table and abs(p.first - began) > STATE_SPAN)
     ]
     ranked.sort(key=lambda sp: -sp[0])
     return ranked
 
 
+def _beyond_restatement(p: Pattern) -> str:
+    """The pattern's text without what only restates a failure."""
+    return RESTATEMENT.sub(" ", f"{p.template} {p.example}")
+
+
 def restates(p: Pattern) -> bool:
-    """Whether the pattern only restates a failure (a restart, a back-off, a crash loop)."""
+    """Whether the pattern only restates a failure (a restart, a back-off, a crash loop, a mount
+    that timed out): nothing beyond the restatement states a reason."""
     text = f"{p.template} {p.example}"
-    return bool(RESTATEMENT.search(text)) and not ORCHESTRATOR_DIAGNOSIS.search(text)
+    return bool(RESTATEMENT.search(text)) and not ORCHESTRATOR_DIAGNOSIS.search(_beyond_restatement(p))
 
 
 def explains_itself(p: Pattern) -> bool:
     """Whether the pattern names its own cause ("certificate has expired", "OOMKilled"), rather
     than restating a failure (a restart, a back-off)."""
-    if ORCHESTRATOR_DIAGNOSIS.search(f"{p.template} {p.example}"):
+    if ORCHESTRATOR_DIAGNOSIS.search(_beyond_restatement(p)):
         return True
     return bool(terms(p.template) & CAUSE_TERMS) and not restates(p)
 

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from harness.llm.offline.conversation import Conversation
-from harness.llm.offline.evidence import Pattern, excerpt, literal
+from harness.llm.offline.evidence import Pattern, excerpt, literal, named
 from harness.llm.offline.reasoning import Analysis, analyse
 from harness.text import has_cjk
 
@@ -96,7 +96,7 @@ def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[st
             )
         )  # fmt: skip
     # A row is quoted whole: its cells are not a message with variable parts.
-    cause_text = excerpt(c.example) if c.table else literal(c.template) or excerpt(c.example)
+    cause_text = excerpt(c.example) if c.table else named(c.template, c.example)
     symptom_text = s_quote if s.table else literal(s.template) or s_quote
     change_text = ""
     if a.change is not None:
