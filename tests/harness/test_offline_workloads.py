@@ -217,3 +217,21 @@ def test_a_state_row_is_its_pods_workloads_when_no_service_of_the_logs_is_named(
 
     # the pod's workload, not the node's name with its last number taken for an ordinal
     assert pattern.services == ("ledger-worker",)
+
+
+def test_a_warning_of_other_days_that_the_incidents_window_never_shows_is_no_cause() -> None:
+    # Other days' probe failures, a day before and a day after, under one template with the
+    # orchestrator's reason in it; the window around 10:00, read whole, shows none of them.
+    lines = traffic(["ledger-worker"])
+    probe = 'Unhealthy: Liveness probe failed: Get "http://10.0.0.{i}:8080/healthz": context deadline exceeded'
+    lines += burst("ledger-worker", "WARN", -1440.0, 150, probe, 1)
+    lines += burst("ledger-worker", "WARN", 1440.0, 150, probe, 1)
+    lines += burst("ledger-worker", "WARN", 119.0, 3, "settlement batch for merchant group {i} skipped", 5)
+    lines += burst("ledger-worker", "WARN", 120.0, 30, "BackOff: Back-off restarting failed container worker", 1)
+    run = diagnose(
+        "KubePodCrashLooping is firing for ledger-worker since about 10:00 UTC on 1 December. Why?",
+        logs=InMemoryLogs(lines),
+        sql=no_tables(),
+    )
+
+    assert "probe" not in str(run.payload.get("root_cause", ""))

@@ -10,6 +10,7 @@ counted, so the report can say so, and left out.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -88,6 +89,8 @@ class Pattern:
     windowed: bool = False
     #: the table of the state row this stands for (``pod_status``), or ``""`` for a log template
     table: str = ""
+    #: seen only over all time, never in the incident's window that was read whole
+    outside_window: bool = False
 
     @property
     def rank(self) -> int:
@@ -128,6 +131,8 @@ class ChangeRow:
     is_change: bool
     #: the table queried (``""`` when the statement names none plainly)
     table: str = ""
+    #: the columns of the cells the quote holds (a merged table's row fills a few of many)
+    quoted: tuple[str, ...] = ()
 
 
 def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
@@ -174,7 +179,21 @@ def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
                 patterns[found.template] = window
             elif found.count > known.count:
                 patterns[found.template] = found
+    # A window read whole (every line it holds returned) shows all that happened in it: a warning
+    # only the query over all time shows did not happen then, whatever its first and last say.
+    whole = [obs for obs in conv.results(QUERY_LOGS) if _whole_window(obs.args, obs.view)]
+    for p in patterns.values():
+        if whole and not p.windowed and level_rank(p.level) >= min(level_rank(o.args.get("level")) for o in whole):
+            p.outside_window = True
     return list(patterns.values()), ignored
+
+
+def _whole_window(args: Mapping[str, Any], view: Mapping[str, Any]) -> bool:
+    """Whether a query over a time window, of all services, returned every line it matched."""
+    if not (args.get("start") and args.get("end")) or args.get("query") or args.get("service"):
+        return False
+    total, returned = view.get("total"), view.get("returned")
+    return isinstance(total, int) and isinstance(returned, int) and 0 < total <= returned
 
 
 def _opens_window(first: datetime, start: Any) -> bool:
@@ -256,6 +275,12 @@ def change_rows(conv: Conversation) -> list[ChangeRow]:
                 else " ".join(whole)
             )
             at = parse_ts(row[time_index]) if time_index is not None and time_index < len(row) else None
+            start = 1 if has_id else 0
+            quoted = tuple(
+                c
+                for c, v in zip(columns[start:], row[start:], strict=False)
+                if _is_scalar(v) and v != "" and str(v) in quote
+            )
             out.append(
                 ChangeRow(
                     obs.call_id,
@@ -265,6 +290,7 @@ def change_rows(conv: Conversation) -> list[ChangeRow]:
                     salient(" ".join(cells)),
                     is_change,
                     table.group(1) if table else "",
+                    quoted,
                 )
             )
     return out

@@ -39,6 +39,7 @@ from harness.llm.offline.lexicon import (
     SYMPTOM_TERMS,
     is_recommendation,
     salient,
+    stem,
     terms,
 )
 from harness.llm.offline.when import resolve, stated_time
@@ -132,7 +133,8 @@ def _change_support(p: Pattern, ev: Evidence) -> tuple[float, ChangeRow | None]:
     own = p.words
     best: tuple[float, ChangeRow | None] = (0.0, None)
     for row in ev.rows:
-        if not row.is_change or _stale_creation(row, ev.onset):
+        # An undated row (a probe's settings) is how things are, not a change before the incident.
+        if not row.is_change or row.at is None or _stale_creation(row, ev.onset):
             continue
         if (
             p.first is not None
@@ -463,6 +465,7 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         if p.rank >= 2
         and p is not symptom
         and not restates(p)
+        and not p.outside_window
         and not (began is not None and p.first is not None and not p.table and p.first > began + INCIDENT_TAIL)
         # a state observed on another day is another incident's
         and not (began is not None and p.first is not None and p.table and abs(p.first - began) > STATE_SPAN)
@@ -491,6 +494,21 @@ def explains_itself(p: Pattern) -> bool:
     return bool(terms(p.template) & CAUSE_TERMS) and not restates(p)
 
 
+#: words of an orchestrator's diagnosis that say only that something failed
+_FAILED = frozenset(stem(w) for w in ["failed", "failure", "fail", "error", "errored"])
+
+
+def _told_by_the_question(p: Pattern, question: str) -> bool:
+    """Whether the orchestrator's reason the pattern states is what the question already says
+    ("kubectl describe shows liveness probe timeouts"): then it tells the reporter nothing, and
+    the reason for it is still to be found."""
+    match = ORCHESTRATOR_DIAGNOSIS.search(_beyond_restatement(p))
+    if match is None:
+        return False
+    words = terms(match.group(0)) - _FAILED
+    return bool(words) and words <= terms(question)
+
+
 def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
     """The symptom and its cause (a candidate scoring at least ``MIN_CAUSE_SCORE``, else the
     symptom itself when it names a cause), with the passage, change and recommendations that
@@ -502,7 +520,7 @@ def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
         ranked = rank_causes(ev)
         if ranked and ranked[0][0] >= MIN_CAUSE_SCORE:
             result.cause = ranked[0][1]
-        elif explains_itself(symptom):
+        elif explains_itself(symptom) and not _told_by_the_question(symptom, conv.question):
             result.cause = symptom  # a self-explaining error: "certificate has expired", "OOMKilled"
     cause = result.cause
     if cause is None:

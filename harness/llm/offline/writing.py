@@ -91,7 +91,8 @@ def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[st
         row = a.change
         claims.append(
             _claim(
-                f"变更记录：“{row.quote}”（{', '.join(row.columns)}）。" if zh else f"A recorded change: “{row.quote}” ({', '.join(row.columns)}).",
+                f"变更记录：“{row.quote}”（{', '.join(row.quoted or row.columns)}）。" if zh
+                else f"A recorded change: “{row.quote}” ({', '.join(row.quoted or row.columns)}).",
                 row.call_id, row.quote,
             )
         )  # fmt: skip
