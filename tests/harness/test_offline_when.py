@@ -73,3 +73,9 @@ def test_a_full_date_needs_no_evidence_and_a_zone_is_converted() -> None:
     stated = StatedTime(10, 0, day=date(2026, 3, 3), shift_minutes=-480)
 
     assert resolve(stated, []) == datetime(2026, 3, 3, 2, 0, tzinfo=UTC)
+
+
+def test_a_date_without_a_year_is_never_after_all_the_evidence() -> None:
+    # evidence of May of one year and January of the next, none near 21 August: it is the past August
+    seen = [datetime(2026, 5, 1, 13, 0, tzinfo=UTC), datetime(2027, 1, 14, 13, 0, tzinfo=UTC)]
+    assert resolve(StatedTime(14, 5, month_day=(8, 21)), seen) == datetime(2026, 8, 21, 14, 5, tzinfo=UTC)

@@ -340,7 +340,9 @@ def _spoken(service: str) -> set[str]:
     name = service.lower()
     names = {name, name.replace("-", " ").replace("_", " ")}
     base = _ROLE_SUFFIX.sub("", name)
-    if base != name and len(base) >= 4:
+    # "storefront" for storefront-api, "order export" for order-export-worker; but a short
+    # ordinary word ("search" of search-api) names nothing by itself.
+    if base != name and (len(base) >= 7 or "-" in base or "_" in base):
         names.add(base.replace("-", " "))
     return names
 
