@@ -235,3 +235,24 @@ def test_a_warning_of_other_days_that_the_incidents_window_never_shows_is_no_cau
     )
 
     assert "probe" not in str(run.payload.get("root_cause", ""))
+
+
+def test_an_error_that_names_its_cause_is_not_outranked_by_its_echo_or_by_a_vaguer_warning() -> None:
+    lines = traffic(["quote-service", "fx-rates"])
+    lines += burst("quote-service", "WARN", 112.0, 2, "promotions lookup slow", 1)
+    lines += burst(
+        "quote-service", "ERROR", 120.0, 50,
+        'fx lookup failed: Get "https://fx-rates.pricing.svc:8443/v1/rates": x509: certificate has expired', 0.5,
+    )  # fmt: skip
+    # the server sees the same handshakes fail, from half a minute later and as often
+    lines += burst(
+        "fx-rates", "ERROR", 120.6, 50, "http: TLS handshake error from 10.0.0.{i}:5000: bad certificate", 0.5
+    )
+    run = diagnose(
+        "Since about 10:00 UTC every price quote fails with FX rates unavailable. What's the root cause?",
+        logs=InMemoryLogs(lines),
+        sql=no_tables(),
+    )
+
+    assert_verified_diagnosis(run)
+    assert "certificate has expired" in run.payload["root_cause"]

@@ -520,9 +520,19 @@ def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
     symptom = ev.symptom
     if symptom is not None:
         ranked = rank_causes(ev)
+        names_its_cause = explains_itself(symptom) and not _told_by_the_question(symptom, conv.question)
+        if names_its_cause and symptom.first is not None:
+            # A symptom that names its cause ("certificate has expired"): what only began after it
+            # (the server's "bad certificate" from the same clients) is its echo, and what names no
+            # cause of its own ("promotions lookup slow") explains less than it does.
+            ranked = [
+                (v, p)
+                for v, p in ranked
+                if explains_itself(p) and (p.first is None or p.table or p.first <= symptom.first)
+            ]
         if ranked and ranked[0][0] >= MIN_CAUSE_SCORE:
             result.cause = ranked[0][1]
-        elif explains_itself(symptom) and not _told_by_the_question(symptom, conv.question):
+        elif names_its_cause:
             result.cause = symptom  # a self-explaining error: "certificate has expired", "OOMKilled"
     cause = result.cause
     if cause is None:
