@@ -79,3 +79,5 @@ def test_a_date_without_a_year_is_never_after_all_the_evidence() -> None:
     # evidence of May of one year and January of the next, none near 21 August: it is the past August
     seen = [datetime(2026, 5, 1, 13, 0, tzinfo=UTC), datetime(2027, 1, 14, 13, 0, tzinfo=UTC)]
     assert resolve(StatedTime(14, 5, month_day=(8, 21)), seen) == datetime(2026, 8, 21, 14, 5, tzinfo=UTC)
+    # and a day after all of it is in the first year it covers, not a later one
+    assert resolve(StatedTime(20, 0, month_day=(11, 24)), seen[:1]) == datetime(2026, 11, 24, 20, 0, tzinfo=UTC)

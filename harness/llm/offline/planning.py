@@ -59,14 +59,21 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
             )
     elif conv.tool_steps == 1:
         ev = gather(conv)
-        if QUERY_LOGS in conv.tools and ev.onset is not None and not _saw_every_warning(conv):
-            # What else went wrong around the time the problem began: causes start shortly before.
-            calls.append((QUERY_LOGS, _incident_window(ev.onset)))
+        if QUERY_LOGS in conv.tools:
+            # The workloads the question is about, by the names the store knows them by: their
+            # warnings, when the latest lines of a busy store are all another incident's.
+            calls.extend(
+                (QUERY_LOGS, {"query": "", "service": name, "level": "WARN", "limit": 100})
+                for name in _unread_subject(conv, ev)[:MAX_NAMED_SERVICES]
+            )
+        calls.extend(_window_calls(conv, ev))
         calls.extend(_candidate_calls(conv, ev))
     elif conv.tool_steps in (2, 3):
-        # The incident window may have brought new candidates: look them up too, then look up
-        # how to fix the cause once there is one.
+        # The subject's own warnings or the incident window may have brought the onset or new
+        # candidates: read the window, look them up too, then look up how to fix the cause once
+        # there is one.
         ev = gather(conv)
+        calls.extend(_window_calls(conv, ev))
         calls.extend(_candidate_calls(conv, ev))
         if not [c for c in calls if not conv.called(*c)] and LOOKUP_KNOWLEDGE in conv.tools:
             analysis = analyse(conv, ev)
@@ -82,6 +89,20 @@ def named_services(question: str) -> list[str]:
     """Service-like names in the question: lower-case words joined by hyphens (billing-service,
     order-export, ledger-api), in order of mention."""
     return list(dict.fromkeys(m.group(0) for m in _SERVICE_NAME.finditer(question)))
+
+
+def _unread_subject(conv: Conversation, ev: Evidence) -> list[str]:
+    """The subject's services that no query read by name and no returned warning is of."""
+    read = {str(obs.args.get("service")) for obs in conv.results(QUERY_LOGS) if obs.args.get("service")}
+    seen = {s for p in ev.patterns for s in p.services}
+    return sorted(s for s in ev.subject if s not in read and s not in seen)
+
+
+def _window_calls(conv: Conversation, ev: Evidence) -> list[tuple[str, dict[str, Any]]]:
+    """What else went wrong around the time the problem began: causes start shortly before."""
+    if QUERY_LOGS not in conv.tools or ev.onset is None or _saw_every_warning(conv):
+        return []
+    return [(QUERY_LOGS, _incident_window(ev.onset))]
 
 
 def _saw_every_warning(conv: Conversation) -> bool:

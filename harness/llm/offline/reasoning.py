@@ -45,7 +45,7 @@ from harness.llm.offline.lexicon import (
 from harness.llm.offline.when import resolve, stated_time
 from harness.logs import log_template, workload_of
 from harness.text import has_cjk
-from harness.tools.evidence import LOOKUP_KNOWLEDGE, QUERY_MYSQL
+from harness.tools.evidence import LOOKUP_KNOWLEDGE, QUERY_LOGS, QUERY_MYSQL
 
 #: A candidate scoring less is no cause (see :func:`rank_causes`).
 MIN_CAUSE_SCORE = 3.0
@@ -258,11 +258,23 @@ def _fits_report(p: Pattern, reported: datetime | None) -> int:
     return 1 if reported - REPORT_LEAD <= p.first <= reported + REPORT_LAG else -1
 
 
+def _services_counted(conv: Conversation) -> set[str]:
+    """The services a log query counted lines of: all the query matched, not only the lines and
+    templates it returned (a busy store's latest lines are another incident's)."""
+    return {
+        str(name)
+        for obs in conv.results(QUERY_LOGS)
+        if isinstance(counts := obs.view.get("counts_by_service"), dict)
+        for name in counts
+        if name
+    }
+
+
 def gather(conv: Conversation) -> Evidence:
     """Read the conversation's evidence and find the symptom the question describes."""
     patterns, ignored = log_patterns(conv)
     rows = change_rows(conv)
-    known = {s for p in patterns for s in p.services if s}
+    known = {s for p in patterns for s in p.services if s} | _services_counted(conv)
     subject = subject_of(conv.question, known)
     patterns += state_patterns(rows, known | subject)
     asked = terms(conv.question) | {w for s in subject for w in salient(s)}
@@ -530,6 +542,10 @@ def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
                 for v, p in ranked
                 if explains_itself(p) and (p.first is None or p.table or p.first <= symptom.first)
             ]
+            if ev.subject and set(symptom.services) & ev.subject and ORCHESTRATOR_DIAGNOSIS.search(symptom.template):
+                # The orchestrator says why the workload asked about is down ("Insufficient cpu"):
+                # only what that workload depends on can say more, not a stranger sharing a word.
+                ranked = [(v, p) for v, p in ranked if set(p.services) & ev.linked]
         if ranked and ranked[0][0] >= MIN_CAUSE_SCORE:
             result.cause = ranked[0][1]
         elif names_its_cause:

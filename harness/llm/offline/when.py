@@ -103,7 +103,7 @@ def stated_time(question: str) -> StatedTime | None:
 def resolve(stated: StatedTime, seen: Sequence[datetime]) -> datetime | None:
     """The stated time as a UTC instant, its missing year or day taken from the evidence's
     timestamps ``seen``: the candidate with the most evidence around it, the latest on a tie (a
-    day without a year never after all the evidence)."""
+    day without a year not after all the evidence, when it can be)."""
     if stated.day is not None:
         return stated.on(stated.day)
     if not seen:
@@ -111,12 +111,10 @@ def resolve(stated: StatedTime, seen: Sequence[datetime]) -> datetime | None:
     days = sorted({ts.astimezone(UTC).date() for ts in seen})
     if stated.month_day is not None:
         month, day = stated.month_day
-        # the day in a year the evidence covers, but not after all of it: a report is of the past
-        candidates = [
-            d
-            for year in sorted({d.year for d in days})
-            if (d := _date(year, month, day)) is not None and d <= days[-1] + timedelta(days=1)
-        ]
+        # the day in a year the evidence covers, but not after all of it (a report is of the
+        # past), unless every such day is: then the first of them
+        dated = [d for year in sorted({d.year for d in days}) if (d := _date(year, month, day)) is not None]
+        candidates = [d for d in dated if d <= days[-1] + timedelta(days=1)] or dated[:1]
     else:
         candidates = sorted({d + timedelta(days=k) for d in days for k in (-1, 0, 1)})
     best: tuple[int, datetime] | None = None
