@@ -207,9 +207,15 @@ class Evidence:
         """Whether the pattern can bear on the subject: it is the subject's or a dependency's its
         warnings name, it names the subject, or it shares rare words with the symptom (a host,
         a shared dependency)."""
-        if not self.subject or set(p.services) & self.linked or self.about_subject(p):
+        if self.subject and (set(p.services) & self.linked or self.about_subject(p)):
             return True
-        shared = p.words & (self.symptom.words if self.symptom else frozenset()) - {*self.subject}
+        # With no workload named, the symptom's own services stand for it.
+        own = frozenset(self.symptom.services) if self.symptom else frozenset()
+        if not self.subject and (
+            not own or set(p.services) & own or any(_mentions(f"{p.template} {p.example}".lower(), s) for s in own)
+        ):
+            return True
+        shared = p.words & (self.symptom.words if self.symptom else frozenset()) - {*self.subject, *own}
         return sum(self.rarity.get(w, 0.0) for w in shared) >= SHARED_RARITY
 
     @property
@@ -466,7 +472,9 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
             if set(p.services) & ev.subject:
                 value += 1.5  # and of the very workload asked about: what its clients say follows from it
         if not ev.is_linked(p):
-            value -= 3.0  # another component, with nothing tying it to the workload asked about
+            # another component, with nothing tying it to the workload asked about (or, when the
+            # question names none, to the one the symptom is of: a weaker presumption)
+            value -= 3.0 if ev.subject else 1.5
 
         return value + 0.5 * min(math.log10(max(p.count, 1)), 2.0)
 
