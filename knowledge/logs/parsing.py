@@ -747,6 +747,9 @@ _CONTINUATION = re.compile(
 )
 
 
+#: a stack trace's exception line: ``psycopg2.OperationalError: …``, ``Caused by: java.io.IOException: …``
+_RAISED = re.compile(r"^(?:Caused by: )?(?P<exception>(?:[a-zA-Z_$][\w$]*\.)*[A-Z][\w$]*(?:Error|Exception)\b: .+)$")
+_RAISED_CHARS = 300
 #: a continuation line that goes on with the message's prose: indented words, not a stack frame
 _WRAPPED = re.compile(r"^[ \t]+(?!at |File |\.\.\. |Caused by|Traceback)[A-Za-z\"'(][^\n]{0,300}$")
 #: kubectl's time and the container's line as it wrote it, leading spaces included
@@ -808,7 +811,20 @@ def parse_stream(
         level = pending.level
         if not pending.level_stated and (shown := infer_level(text)) and LEVELS.index(shown) > LEVELS.index(level):
             level, attributes[LEVEL_INFERRED] = shown, True  # a stack trace under an unlevelled line
-        return replace(pending, level=level, attributes=attributes, continued=len(folded))
+        message = pending.message
+        # What a reader of the trace looks for: the exception it ends in (the last "Caused by"),
+        # said with the message, so it can be searched and counted.
+        raised = [i for i, line in enumerate(folded) if _RAISED.match(line.strip())]
+        if raised:
+            # the exception's own message may go on over indented lines ("Is the server running
+            # on host "profile-db" …")
+            last = raised[-1]
+            said = [folded[last].strip().removeprefix("Caused by: ")]
+            said += [line.strip() for line in folded[last + 1 : last + 3] if _WRAPPED.match(line)]
+            exception = " ".join(said)[:_RAISED_CHARS]
+            if exception not in message:
+                message = f"{message} — {exception}"[:MAX_MESSAGE_CHARS]
+        return replace(pending, message=message, level=level, attributes=attributes, continued=len(folded))
 
     for number, raw in _raw_lines(stream, max_line_bytes):
         result: ParsedLine | str

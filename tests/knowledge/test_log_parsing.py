@@ -362,7 +362,11 @@ def test_kubectl_timestamps_keep_a_stack_trace_and_a_note_with_their_entry(tmp_p
         "Database is uninitialized and superuser password is not specified. "
         "You must specify POSTGRES_PASSWORD to a non-empty value for the superuser."
     )
-    assert (second.level, second.message) == ("ERROR", "django.request Internal Server Error: /api")
+    assert (second.level, second.message) == (
+        "ERROR",
+        "django.request Internal Server Error: /api — psycopg2.OperationalError: connection to server failed: "
+        "Connection refused Is the server running on that host and accepting TCP/IP connections?",
+    )
     assert "psycopg2.OperationalError" in second.attributes["continuation"]
     assert "Is the server running" in second.attributes["continuation"]
     assert third.message == "next request"
@@ -755,7 +759,8 @@ def test_stack_traces_are_folded_into_their_entry(tmp_path: Path) -> None:
 
     first, second = items[0], items[1]
     assert isinstance(first, ParsedLine) and isinstance(second, ParsedLine)
-    assert first.message == "Request failed"
+    # the trace's last exception (its root cause) is said with the message
+    assert first.message == "Request failed — java.sql.SQLTransientConnectionException: timeout"
     assert first.continued == 5
     assert first.attributes["continuation"].splitlines()[0] == "java.lang.IllegalStateException: pool exhausted"
     assert "HikariPool.java:181" in first.attributes["continuation"]
