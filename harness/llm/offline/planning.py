@@ -144,7 +144,9 @@ def _candidate_calls(conv: Conversation, ev: Evidence) -> list[tuple[str, dict[s
             if ts
         ]
         span = (min(starts), max(starts)) if starts else None
-        if leading:
+        if leading or span:
+            # with nothing to explain yet, the changes around the reported time all the same: an
+            # engineer checks them before saying the evidence shows no cause
             calls.extend(
                 (QUERY_MYSQL, {"sql": sql})
                 for sql in _table_queries(conv, focus, span, CHANGE_TERMS, MAX_CHANGE_TABLES)

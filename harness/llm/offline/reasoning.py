@@ -143,8 +143,10 @@ def _change_support(p: Pattern, ev: Evidence) -> tuple[float, ChangeRow | None]:
         ):
             continue
         topic = min(sum(ev.rarity.get(w, 0.0) for w in own & row.words), 3.0)
-        # the pattern's own service, or one the incident's errors point at (its dependency)
-        touches = 1.0 if set(p.services) & row.words else 0.5 if ev.blamed & row.words else 0.0
+        # the pattern's own service, or one the incident's errors point at (its dependency), or a
+        # component both name (the pattern's "host profile-db", the change's "scale profile-db")
+        named_both = {w for w in own & row.words if "-" in w and w not in p.services}
+        touches = 1.0 if set(p.services) & row.words else 0.5 if ev.blamed & row.words or named_both else 0.0
         if not topic and not touches:
             continue
         near = _proximity(p.first - row.at) if p.first is not None and row.at is not None else 0.0
