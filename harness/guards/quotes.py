@@ -108,18 +108,18 @@ class EvidenceText:
         leaves: list[str] = []
         records: list[Mapping[str, Any]] = []
         _collect(raw, _EMPTY, leaves, records)
-        self.leaves, self._records, normalised = [], [], []
+        self.leaves, self._records, self._starts = [], [], []
+        normalised: list[str] = []
+        position = 0
         for leaf, record in zip(leaves, records, strict=True):
-            text = normalise(leaf)
+            # normalise(), with its ASCII path written out: this runs over every value cited
+            text = " ".join(leaf.lower().split()) if leaf.isascii() else normalise(leaf)
             if text:
                 self.leaves.append(leaf)
                 self._records.append(record)
+                self._starts.append(position)
                 normalised.append(text)
-        self._starts: list[int] = []
-        position = 0
-        for leaf in normalised:
-            self._starts.append(position)
-            position += len(leaf) + 1
+                position += len(text) + 1
         self.text = " ".join(normalised)
 
     def find(self, quote: str) -> QuoteMatch | None:
