@@ -81,3 +81,10 @@ def test_a_date_without_a_year_is_never_after_all_the_evidence() -> None:
     assert resolve(StatedTime(14, 5, month_day=(8, 21)), seen) == datetime(2026, 8, 21, 14, 5, tzinfo=UTC)
     # and a day after all of it is in the first year it covers, not a later one
     assert resolve(StatedTime(20, 0, month_day=(11, 24)), seen[:1]) == datetime(2026, 11, 24, 20, 0, tzinfo=UTC)
+
+
+def test_a_date_with_a_part_of_the_day_stands_for_about_then() -> None:
+    assert stated_time("slow now and then since yesterday afternoon (5 March)") == StatedTime(14, 0, month_day=(3, 5))
+    assert stated_time("1 月 14 日上午开始，model-api 每隔一个多小时就重启一次") == StatedTime(9, 0, month_day=(1, 14))
+    # without a date, a part of the day says too little to pick a window
+    assert stated_time("slow since the afternoon") is None

@@ -30,11 +30,12 @@ from harness.llm.offline.reasoning import (
     gather,
     rank_causes,
 )
+from harness.logs import workload_of
 from harness.text import has_cjk
 from harness.tools.evidence import LOOKUP_KNOWLEDGE, QUERY_LOGS, QUERY_MYSQL
 
 #: How many of the tables that look like change records are read (best matching first).
-MAX_CHANGE_TABLES = 3
+MAX_CHANGE_TABLES = 4
 #: How many of the tables that record workloads' state are read.
 MAX_STATE_TABLES = 2
 #: Fewer recommendations than this: look up the remediation of the explaining document.
@@ -87,8 +88,9 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
 
 def named_services(question: str) -> list[str]:
     """Service-like names in the question: lower-case words joined by hyphens (billing-service,
-    order-export, ledger-api), in order of mention."""
-    return list(dict.fromkeys(m.group(0) for m in _SERVICE_NAME.finditer(question)))
+    order-export, ledger-api), in order of mention; a pod's name stands for its workload's
+    (transcode-gw-6d8f7b9c4-q7lmn is transcode-gw), as the logs name it."""
+    return list(dict.fromkeys(workload_of(m.group(0)) for m in _SERVICE_NAME.finditer(question)))
 
 
 def _unread_subject(conv: Conversation, ev: Evidence) -> list[str]:

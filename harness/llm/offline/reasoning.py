@@ -291,7 +291,15 @@ def gather(conv: Conversation) -> Evidence:
     # The question names the workload it is about: the symptom is that workload's (or names it).
     # With neither a subject nor a time to anchor it, one shared word ("slow") is not enough.
     least = 1 if subject or reported is not None else 2
-    relevant = [p for p in patterns if p.rank >= 2 and len(asked & p.words) >= least and probe.about_subject(p)]
+    # When the reported time's window was read whole, what it does not show is not the symptom.
+    relevant = [
+        p
+        for p in patterns
+        if p.rank >= 2
+        and len(asked & p.words) >= least
+        and probe.about_subject(p)
+        and not (reported is not None and p.outside_window)
+    ]
     # The symptom is what the question describes, beginning when the reporter says it did; between
     # equally close patterns, one that does not name a cause ("timed out", not "pool exhausted") is
     # the better description of an effect.

@@ -76,6 +76,8 @@ def stated_time(question: str) -> StatedTime | None:
         shift = _offset_minutes(iso.group(6)) if iso.group(6) else _zone_shift(question)
         return _valid(hour, minute, day=_date(y, mo, d), shift=shift)
     clock = _clock(question)
+    if clock is None and (iso or any(p.search(question) for p in (_CHINESE_DATE, _DAY_MONTH, _MONTH_DAY))):
+        clock = _part_of_day(question)  # "on 5 March in the afternoon": about then
     if clock is None:
         return None
     hour, minute = clock
@@ -142,6 +144,23 @@ def _clock(question: str) -> tuple[int, int] | None:
         if 0 <= hour <= 23 and 0 <= minute <= 59:
             return hour, minute
     return None
+
+
+#: the hour a part of the day stands for, when a report gives a date but no time
+_PARTS_OF_DAY = {
+    "morning": 9, "noon": 12, "midday": 12, "lunchtime": 12, "afternoon": 14, "evening": 19,
+    "night": 22, "overnight": 2,
+    "凌晨": 3, "早上": 8, "上午": 9, "中午": 12, "下午": 14, "傍晚": 18, "晚上": 20, "夜里": 22,
+}  # fmt: skip
+_PART_OF_DAY = re.compile(
+    r"\b(?:morning|noon|midday|lunchtime|afternoon|evening|night|overnight)\b|凌晨|早上|上午|中午|下午|傍晚|晚上|夜里",
+    re.I,
+)
+
+
+def _part_of_day(question: str) -> tuple[int, int] | None:
+    found = _PART_OF_DAY.search(question)
+    return (_PARTS_OF_DAY[found.group(0).lower()], 0) if found else None
 
 
 def _ampm(hour: int, marker: str | None) -> int:
