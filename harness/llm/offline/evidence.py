@@ -139,9 +139,12 @@ def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
     """The log templates of every ``query_logs`` result, one per template, and how many were left
     out for addressing an assistant."""
     patterns: dict[str, Pattern] = {}
+    #: what a query of one service returned, by template and service: that service's own account
+    own: dict[tuple[str, str], Pattern] = {}
     ignored = 0
     for obs in conv.results(QUERY_LOGS):
         items = obs.view.get("templates") or _templates_from_lines(obs.view.get("lines") or [])
+        service = obs.args.get("service")
         for item in items:
             if not isinstance(item, dict):
                 continue
@@ -164,21 +167,31 @@ def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
             if found.windowed and found.first is not None and _opens_window(found.first, obs.args.get("start")):
                 # Already there when the window opened: when it began is unknown, not "just now".
                 found.first = None
+            if isinstance(service, str) and service and not found.windowed:
+                own[(found.template, service)] = found
+                continue
             known = patterns.get(found.template)
             if known is None:
                 patterns[found.template] = found
             elif found.windowed != known.windowed:
-                # The incident window says how often, where and until when around the incident (the
-                # same message on another day would blur it); a query over all time says when it
-                # began if it was already there when the window opened.
                 window, overall = (found, known) if found.windowed else (known, found)
-                if window.first is None or (
-                    overall.first is not None and timedelta(0) < window.first - overall.first <= RECURRING
-                ):
-                    window.first = overall.first
+                _date_the_window(window, overall)
                 patterns[found.template] = window
             elif found.count > known.count:
                 patterns[found.template] = found
+    # A service's own query says when and how often that service logged a template; a query of
+    # all services merges it with the same words from others (another incident's pods).
+    for (template, service), found in own.items():
+        merged = patterns.get(template)
+        if merged is None:
+            patterns[template] = found
+        elif merged.windowed:
+            _date_the_window(merged, found)
+        elif rest := tuple(s for s in merged.services if s != service):
+            merged.services = rest
+            patterns[f"{template}\x00{service}"] = found
+        else:
+            patterns[template] = found
     # A window read whole (every line it holds returned) shows all that happened in it: a warning
     # only the query over all time shows did not happen then, whatever its first and last say.
     whole = [obs for obs in conv.results(QUERY_LOGS) if _whole_window(obs.args, obs.view)]
@@ -186,6 +199,14 @@ def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
         if whole and not p.windowed and level_rank(p.level) >= min(level_rank(o.args.get("level")) for o in whole):
             p.outside_window = True
     return list(patterns.values()), ignored
+
+
+def _date_the_window(window: Pattern, overall: Pattern) -> None:
+    """The incident window says how often, where and until when around the incident (the same
+    message on another day would blur it); a query over all time says when it began if it was
+    already there when the window opened."""
+    if window.first is None or (overall.first is not None and timedelta(0) < window.first - overall.first <= RECURRING):
+        window.first = overall.first
 
 
 def _whole_window(args: Mapping[str, Any], view: Mapping[str, Any]) -> bool:

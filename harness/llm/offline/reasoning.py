@@ -308,6 +308,8 @@ def gather(conv: Conversation) -> Evidence:
             relevant,
             key=lambda p: (
                 _fits_report(p, reported),
+                # the subject's own lines, not a template the subject shares with strangers
+                not subject or set(p.services) <= subject,
                 not p.table,  # a state row is the symptom only when no log line is
                 len(asked & p.words),
                 not explains_itself(p),
@@ -496,6 +498,7 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         for p in ev.patterns
         if p.rank >= 2
         and p is not symptom
+        and p.template != symptom.template
         and not restates(p)
         and not p.outside_window
         and not (began is not None and p.first is not None and not p.table and p.first > began + INCIDENT_TAIL)
