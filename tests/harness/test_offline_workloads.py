@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from harness.inmemory import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
 from harness.llm.offline.evidence import ChangeRow
-from harness.llm.offline.lexicon import ORCHESTRATOR_DIAGNOSIS, RESTATEMENT
+from harness.llm.offline.lexicon import ORCHESTRATOR_DIAGNOSIS, RESTATEMENT, related_settings
 from harness.llm.offline.reasoning import state_patterns, subject_of
 from harness.logs import workload_of
 from harness.ports import KnowledgeChunk, LogLine
@@ -256,3 +256,36 @@ def test_an_error_that_names_its_cause_is_not_outranked_by_its_echo_or_by_a_vagu
 
     assert_verified_diagnosis(run)
     assert "certificate has expired" in run.payload["root_cause"]
+
+
+def test_the_change_to_the_setting_an_error_is_about_explains_it() -> None:
+    assert "arch" in related_settings("standard_init_linux.go:219: exec user process caused: exec format error")
+    lines = traffic(["recommendation-svc"])
+    lines += burst("recommendation-svc", "ERROR", 120.0, 20, "exec user process caused: exec format error", 3)
+    lines += burst("recommendation-svc", "WARN", 120.5, 40, "BackOff: Back-off restarting failed container svc", 1.5)
+    sql = SqliteSqlSource(
+        {
+            "config_changes": (
+                ("id", "object", "field", "old_value", "new_value", "merged_at"),
+                [
+                    (1, "deployment/recommendation-svc", "env.MODEL_REFRESH_INTERVAL", "6h", "2h", sql_ts(100)),
+                    (
+                        2,
+                        "nodepool/general",
+                        "requirements[kubernetes.io/arch]",
+                        "[amd64]",
+                        "[amd64, arm64]",
+                        sql_ts(80),
+                    ),
+                ],
+            )
+        }
+    )
+    run = diagnose(
+        "KubePodCrashLooping: recommendation-svc-7c9d8f6b5-x2kqp keeps restarting since 10:00 UTC. What is wrong?",
+        logs=InMemoryLogs(lines),
+        sql=sql,
+    )
+
+    assert_verified_diagnosis(run)
+    assert "arm64" in run.payload["root_cause"]

@@ -167,6 +167,32 @@ ORCHESTRATOR_DIAGNOSIS = re.compile(
     r"\bunbound\s+(immediate\s+)?persistent\s*volume\s*claims?\b|\bpersistent\s*volume\s*claim\s+\"?[\w.-]+\"?\s+not\s+found\b",
     re.IGNORECASE,
 )
+#: What an SRE looks for in the changes when an error says this: the settings it is about (an
+#: image for the wrong CPU, a memory limit, a probe's timeout), even when the error names none.
+RELATED_SETTINGS: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), frozenset(stem(w) for w in words.split()))
+    for pattern, words in [
+        (r"exec\s+format\s+error", "arch architecture platform platforms"),
+        (r"\boom\s*kill|out\s+of\s+memory|exit\s*code[:=\s]+137|memory\s+cgroup", "memory heap xmx maxrampercentage"),
+        (r"insufficient\s+cpu|cpu\s+throttl", "cpu requests"),
+        (r"insufficient\s+memory", "memory requests"),
+        # a probe that fails where it passed: its own settings, or a process starved of CPU
+        (r"(liveness|readiness|startup)\s+probe", "probe liveness readiness timeoutseconds initialdelayseconds cpu"),
+        (r"volume\s+node\s+affinity|node\s+affinity\s+conflict", "zone topology affinity"),
+        (r"prematurely\s+closed|connection\s+reset\s+by\s+peer|upstream\s+connect\s+error", "keepalive idle"),
+        (r"too\s+many\s+(clients|connections)|remaining\s+connection\s+slots", "max_connections pool replicas"),
+        (r"certificate\s+(has\s+)?expired|x509", "certificate cert tls renew"),
+        (r"no\s+such\s+host|nxdomain|name\s+resolution", "dns coredns resolver"),
+        (r"exceeded\s+quota", "quota resourcequota"),
+    ]
+)
+
+
+def related_settings(text: str) -> frozenset[str]:
+    """The settings the errors in ``text`` are about, by :data:`RELATED_SETTINGS`."""
+    return frozenset().union(*(words for pattern, words in RELATED_SETTINGS if pattern.search(text)))
+
+
 #: Words that name what a table records about a thing's present state (not a change to it).
 STATE_TERMS = frozenset(
     stem(w) for w in ["status", "state", "states", "health", "condition", "conditions", "phase", "restarts", "exit"]

@@ -38,6 +38,7 @@ from harness.llm.offline.lexicon import (
     STATE_TERMS,
     SYMPTOM_TERMS,
     is_recommendation,
+    related_settings,
     salient,
     stem,
     terms,
@@ -131,25 +132,29 @@ def _change_support(p: Pattern, ev: Evidence) -> tuple[float, ChangeRow | None]:
     (the closer the better), touches what the pattern is about (its service, the words the two
     share and little else has) and was followed at once by new warnings."""
     own = p.words
+    related = related_settings(f"{p.template} {p.example}")
+    # A pattern older than the incident (its words logged at an earlier rollout too) may have
+    # been brought back by a change just before the incident: both times are anchors.
+    anchors = sorted({t for t in (p.first, ev.onset if p.first is not None else None) if t is not None})
     best: tuple[float, ChangeRow | None] = (0.0, None)
     for row in ev.rows:
         # An undated row (a probe's settings) is how things are, not a change before the incident.
         if not row.is_change or row.at is None or _stale_creation(row, ev.onset):
             continue
-        if (
-            p.first is not None
-            and row.at is not None
-            and not (p.first - CHANGE_LOOKBACK <= row.at <= p.first + CHANGE_GRACE)
-        ):
+        leads = [a - row.at for a in anchors if a - CHANGE_LOOKBACK <= row.at <= a + CHANGE_GRACE]
+        if anchors and not leads:
             continue
         topic = min(sum(ev.rarity.get(w, 0.0) for w in own & row.words), 3.0)
+        # the setting such an error is about ("exec format error": the nodes' architecture)
+        setting = 2.5 if related & row.words else 0.0
+        topic += setting
         # the pattern's own service, or one the incident's errors point at (its dependency), or a
         # component both name (the pattern's "host profile-db", the change's "scale profile-db")
         named_both = {w for w in own & row.words if "-" in w and w not in p.services}
         touches = 1.0 if set(p.services) & row.words else 0.5 if ev.blamed & row.words or named_both else 0.0
         if not topic and not touches:
             continue
-        near = _proximity(p.first - row.at) if p.first is not None and row.at is not None else 0.0
+        near = max((_proximity(lead) for lead in leads), default=0.0)
         value = topic + touches + near + 0.5 * min(ev.followed.get(id(row), 0), 4)
         if value > best[0]:
             best = (value, row)
