@@ -131,8 +131,6 @@ class ChangeRow:
     is_change: bool
     #: the table queried (``""`` when the statement names none plainly)
     table: str = ""
-    #: the columns of the cells the quote holds (a merged table's row fills a few of many)
-    quoted: tuple[str, ...] = ()
 
 
 def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
@@ -275,7 +273,7 @@ def change_rows(conv: Conversation) -> list[ChangeRow]:
         columns = [str(c) for c in obs.view.get("columns") or []]
         table = re.search(r"\bfrom\s+([\w.]+)", str(obs.args.get("sql", "")), re.IGNORECASE)
         is_change = bool(terms(f"{table.group(1) if table else ''} {' '.join(columns)}") & CHANGE_TERMS)
-        time_index = next((i for i, c in enumerate(columns) if TIME_COLUMN.search(c.lower())), None)
+        time_indexes = [i for i, c in enumerate(columns) if TIME_COLUMN.search(c.lower())]
         for row in obs.view.get("rows") or []:
             if not isinstance(row, list):
                 continue
@@ -295,13 +293,8 @@ def change_rows(conv: Conversation) -> list[ChangeRow]:
                 if len(" ".join(whole)) > MAX_QUOTE_CHARS
                 else " ".join(whole)
             )
-            at = parse_ts(row[time_index]) if time_index is not None and time_index < len(row) else None
-            start = 1 if has_id else 0
-            quoted = tuple(
-                c
-                for c, v in zip(columns[start:], row[start:], strict=False)
-                if _is_scalar(v) and v != "" and str(v) in quote
-            )
+            # the first time the row has (a table of several kinds of record dates each its own way)
+            at = next((t for i in time_indexes if i < len(row) and (t := parse_ts(row[i])) is not None), None)
             out.append(
                 ChangeRow(
                     obs.call_id,
@@ -311,7 +304,6 @@ def change_rows(conv: Conversation) -> list[ChangeRow]:
                     salient(" ".join(cells)),
                     is_change,
                     table.group(1) if table else "",
-                    quoted,
                 )
             )
     return out

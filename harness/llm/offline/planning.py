@@ -189,7 +189,9 @@ def _table_queries(
     for _, table, columns in ranked[:limit]:
         if not re.fullmatch(r"[A-Za-z_][\w]*", table):
             continue
-        time_column = next((c for c in columns if TIME_COLUMN.search(c.lower()) and re.fullmatch(r"\w+", c)), None)
+        times = [c for c in columns if TIME_COLUMN.search(c.lower()) and re.fullmatch(r"\w+", c)]
+        # a table of several kinds of record may date each by a column of its own
+        time_column = times[0] if len(times) == 1 else f"COALESCE({', '.join(times)})" if times else None
         where = order = ""
         if time_column:
             order = f" ORDER BY {time_column} DESC"

@@ -91,8 +91,9 @@ def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[st
         row = a.change
         claims.append(
             _claim(
-                f"变更记录：“{row.quote}”（{', '.join(row.quoted or row.columns)}）。" if zh
-                else f"A recorded change: “{row.quote}” ({', '.join(row.quoted or row.columns)}).",
+                # the row as recorded, no more: a reviewer holds the statement to the words of its
+                # excerpt, which need not show the column names
+                f"变更记录：“{row.quote}”。" if zh else f"A recorded change: “{row.quote}”.",
                 row.call_id, row.quote,
             )
         )  # fmt: skip
