@@ -178,6 +178,8 @@ def test_offline_router_classifies(query: str, last_intent: str | None, expected
 
 # A workload in a bad state, or an alert's name, is an incident whatever the question's first words.
 INCIDENTS = [
+    # a status code counted ("502s"), and the cause asked for with "what is causing it"
+    "Users see 502s on dash.ops.example.internal a couple of minutes after they log in. What is causing it?",
     "What is the issue with pod payment-7f9c4?",
     "What is the issue with pod X?",
     "What's wrong with the checkout pods?",

@@ -379,7 +379,7 @@ def is_recommendation(sentence: str, *, chinese: bool) -> bool:
 
 DIAGNOSIS_CUES = re.compile(
     r"\b(errors?|exceptions?|fail(s|ed|ing|ures?)?|time[ds]?\s*out|timing\s+out|timeouts?|latency|slow(ness|er)?|"
-    r"down|outage|crash(es|ed|ing)?|5\d\d|unavailable|degraded|spik(e|es|ing)|alerts?|alarms?|"
+    r"down|outage|crash(es|ed|ing)?|5\d\ds?|unavailable|degraded|spik(e|es|ing)|alerts?|alarms?|"
     r"incident|broken|stuck|hang(s|ing)?|oom|not\s+working|refused|rejected|leak(s|ing)?|"
     r"high\s+(cpu|memory|load)|disk\s+full|expired|p99|backlog|lag(ging)?|dropp(ed|ing))\b"
     r"|报错|错误|异常|失败|超时|故障|告警|报警|宕机|挂了|卡住|很慢|变慢|延迟|不可用|崩溃|打不开|无法|飙升|满了|过期|泄漏|积压",
@@ -388,7 +388,7 @@ DIAGNOSIS_CUES = re.compile(
 INVESTIGATE_CUES = re.compile(
     r"\b(investigate|diagnose|troubleshoot|root\s+cause|what\s+happened|what'?s\s+(wrong|going\s+on|happening)|"
     r"why\s+(is|are|did|does|do|was|were|has|have|isn'?t|aren'?t|doesn'?t|won'?t|can'?t|hasn'?t|haven'?t)|"
-    r"how\s+come|"
+    r"how\s+come|what\s+(is|'s)\s+causing|what\s+causes|"
     r"figure\s+out|look\s+into|debug)\b|排查|诊断|定位|根因|原因|怎么回事|为什么",
     re.IGNORECASE,
 )
