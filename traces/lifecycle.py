@@ -26,6 +26,7 @@ import functools
 import hashlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,9 @@ from traces.models import ACTIVE_STATUSES, ChatSession, Outcome, Run, RunStatus
 from traces.sql import fast_insert, run_table, uuid_hex, when
 
 logger = logging.getLogger(__name__)
+
+#: the pause before trying a stream step again, times the attempt
+_RETRY_PAUSE_S = 0.2
 
 #: How long past its deadline a running run may go on (heartbeat or not) before it is declared lost.
 STALE_GRACE = timedelta(seconds=60)
@@ -460,19 +464,27 @@ class RunLifecycle:
 
     def _after_commit(self, ended: RunEnded) -> None:
         stream = self._stream
-        if stream is not None and self._quietly("end", ended.run_id, lambda: stream.ended(ended)):
-            self._quietly("archive", ended.run_id, lambda: stream.archive(ended.run_id))
+        # A broker that has just restarted fails the first command on each pooled connection: the
+        # end of the stream and its archive are tried again before they are given up.
+        if stream is not None and self._quietly("end", ended.run_id, lambda: stream.ended(ended), attempts=3):
+            self._quietly("archive", ended.run_id, lambda: stream.archive(ended.run_id), attempts=3)
         for hook in self._hooks:
             self._quietly(getattr(hook, "__name__", "hook"), ended.run_id, functools.partial(hook, ended))
 
     @staticmethod
-    def _quietly(what: str, run_id: uuid.UUID, step: Callable[[], Any]) -> bool:
-        try:
-            step()
-        except Exception as exc:  # noqa: BLE001 - the row is the truth; the rest is best effort
-            logger.warning("run %s: %s failed: %s", run_id, what, type(exc).__name__)
-            return False
-        return True
+    def _quietly(what: str, run_id: uuid.UUID, step: Callable[[], Any], attempts: int = 1) -> bool:
+        for attempt in range(1, attempts + 1):
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - the row is the truth; the rest is best effort
+                logger.warning(
+                    "run %s: %s failed (attempt %d of %d): %s", run_id, what, attempt, attempts, type(exc).__name__
+                )
+                if attempt < attempts:
+                    time.sleep(_RETRY_PAUSE_S * attempt)
+            else:
+                return True
+        return False
 
 
 def request_digest(

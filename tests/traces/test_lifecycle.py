@@ -322,6 +322,28 @@ def test_a_failing_stream_or_hook_does_not_stop_the_others(
     assert "ConnectionError" in logged and "ValueError" in logged and "secret-host" not in logged
 
 
+def test_a_stream_that_fails_once_after_a_broker_restart_is_tried_again_and_archived(
+    owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class JustRestarted(Recorder):
+        failures = 1
+
+        def ended(self, ended: RunEnded) -> None:
+            if self.failures:
+                self.failures -= 1
+                raise ConnectionError("Connection closed by server.")
+            super().ended(ended)
+
+    monkeypatch.setattr("traces.lifecycle._RETRY_PAUSE_S", 0.0)
+    stream = JustRestarted()
+    lifecycle = RunLifecycle(stream=stream)
+    run = queued(lifecycle, owner)
+
+    assert lifecycle.cancel_queued(run_id=run.id)
+
+    assert [kind for kind, _ in stream.calls if kind in ("ended", "archive")] == ["ended", "archive"]
+
+
 # --- opening ------------------------------------------------------------------------------------
 
 
