@@ -571,8 +571,7 @@ def _record_after_time(rest: str, ts: datetime, default_service: str) -> ParsedL
         if isinstance(fields, dict):
             fields = _clean(fields) if "\\u" in rest else fields
     elif (klog := _KLOG.match(rest)) is not None:
-        attributes = {"pid": klog["pid"], "caller": klog["caller"]}
-        return _entry(ts, default_service, _KLOG_LEVELS[klog["lvl"]], klog["msg"], attributes)
+        return _klog_entry(ts, klog, default_service, {"pid": klog["pid"]})
     elif (redis := _REDIS.match(rest)) is not None:
         return _redis_entry(ts, redis, default_service)
     else:
@@ -613,15 +612,13 @@ def _from_klog(line: str, default_service: str, now: datetime) -> ParsedLine | N
     m = _KLOG.match(line)
     if m is None:
         return None
-    hour, minute, second = (int(x) for x in m["time"].split(":"))
-    micro = int(float(m["frac"][:7]) * 1_000_000) if m["frac"] else 0
-    try:
-        ts = datetime(now.year, int(m["mon"]), int(m["day"]), hour, minute, second, micro, tzinfo=UTC)
-        if ts > now + timedelta(days=1):
-            ts = ts.replace(year=now.year - 1)
-    except ValueError:
-        raise _Unparsable("invalid klog date") from None
-    return _entry(ts, default_service, _KLOG_LEVELS[m["lvl"]], m["msg"], {"pid": m["pid"], "caller": m["caller"]})
+    ts = _without_year(now, int(m["mon"]), int(m["day"]), m["time"], m["frac"], "klog")
+    return _klog_entry(ts, m, default_service, {"pid": m["pid"]})
+
+
+def _klog_entry(ts: datetime, m: re.Match[str], service: str, attributes: dict[str, Any]) -> ParsedLine:
+    """The entry of a klog line: its level letter's level, its caller kept."""
+    return _entry(ts, service, _KLOG_LEVELS[m["lvl"]], m["msg"], {**attributes, "caller": m["caller"]})
 
 
 def _service_level_message(rest: str) -> tuple[str | None, str | None, str]:
@@ -676,15 +673,20 @@ def _from_syslog(line: str, default_service: str, now: datetime) -> ParsedLine |
     m = _SYSLOG.match(line)
     if m is None or m["mon"] not in _MONTHS:
         return None
-    hour, minute, second = (int(x) for x in m["time"].split(":"))
-    micro = int(float(m["frac"]) * 1_000_000) if m["frac"] else 0
-    try:
-        ts = datetime(now.year, _MONTHS[m["mon"]], int(m["day"]), hour, minute, second, micro, tzinfo=UTC)
-        if ts > now + timedelta(days=1):
-            ts = ts.replace(year=now.year - 1)
-    except ValueError:
-        raise _Unparsable("invalid syslog date") from None
+    ts = _without_year(now, _MONTHS[m["mon"]], int(m["day"]), m["time"], m["frac"], "syslog")
     return _syslog_entry(ts, m, m["pri"], default_service)
+
+
+def _without_year(now: datetime, month: int, day: int, clock: str, frac: str | None, what: str) -> datetime:
+    """A UTC time written without a year: this year's, or last year's for one that would lie
+    more than a day in the future."""
+    hour, minute, second = (int(x) for x in clock.split(":"))
+    micro = int(float(frac[:7]) * 1_000_000) if frac else 0
+    try:
+        ts = datetime(now.year, month, day, hour, minute, second, micro, tzinfo=UTC)
+        return ts.replace(year=now.year - 1) if ts > now + timedelta(days=1) else ts
+    except ValueError:
+        raise _Unparsable(f"invalid {what} date") from None
 
 
 def _from_rfc5424(line: str, default_service: str, _now: datetime) -> ParsedLine | None:
@@ -703,8 +705,7 @@ def _syslog_entry(ts: datetime, m: re.Match[str], pri: str | None, default_servi
     rest = m["rest"].lstrip("\ufeff")
     tag = m["tag"] if m["tag"] != "-" else default_service
     if (klog := _KLOG.match(rest)) is not None:  # a Kubernetes component under journald
-        attributes["caller"] = klog["caller"]
-        return _entry(ts, tag, _KLOG_LEVELS[klog["lvl"]], klog["msg"], attributes)
+        return _klog_entry(ts, klog, tag, attributes)
     level = None
     # PostgreSQL numbers its syslog lines ("[3-1] FATAL:  …"): the level word follows the number
     lm = _LEVEL_FIRST.match(_SYSLOG_SEQUENCE.sub("", rest, count=1))
