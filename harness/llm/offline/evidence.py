@@ -193,9 +193,11 @@ def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
     # A window read whole (every line it holds returned) shows all that happened in it: a warning
     # only the query over all time shows did not happen then, whatever its first and last say.
     whole = [obs for obs in conv.results(QUERY_LOGS) if _whole_window(obs.args, obs.view)]
-    for p in patterns.values():
-        if whole and not p.windowed and level_rank(p.level) >= min(level_rank(o.args.get("level")) for o in whole):
-            p.outside_window = True
+    if whole:
+        shown = min(level_rank(o.args.get("level")) for o in whole)
+        for p in patterns.values():
+            if not p.windowed and level_rank(p.level) >= shown:
+                p.outside_window = True
     return list(patterns.values()), ignored
 
 
