@@ -427,7 +427,7 @@ def _ingest_file(
                 if len(tally.errors) < MAX_REPORTED_ERRORS:
                     tally.errors.append(item)
                 continue
-            tally.read += 1 + item.continued
+            tally.read += (0 if item.echo else 1) + item.continued
             tally.continuation += item.continued
             level, attributes = LEVEL_RANK[item.level], dict(item.attributes)
             digest = occurrences.digest(entry_key(item.ts, item.service, level, item.message, attributes))

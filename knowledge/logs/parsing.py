@@ -154,6 +154,8 @@ class ParsedLine:
     continued: int = 0
     #: whether the line stated its level (else it is what its content shows, or INFO)
     level_stated: bool = True
+    #: an entry the line implies besides its own: the first time a counted event happened
+    echo: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +305,9 @@ def _from_fields(fields: dict[str, Any], default_service: str) -> ParsedLine:
     return _entry(ts, service or default_service, level, str(message), rest)
 
 
-_EVENT_TIMES = ("lastTimestamp", "eventTime", "deprecatedLastTimestamp", "firstTimestamp")
+#: the attribute of an event seen ``count`` times that says when it first happened
+FIRST_OCCURRENCE = "first_timestamp"
+_EVENT_TIMES = ("eventTime", "deprecatedLastTimestamp", "firstTimestamp")
 _EVENT_LEVELS = {"warning": "WARN", "normal": "INFO"}
 
 
@@ -311,7 +315,8 @@ def _kubernetes_event(fields: dict[str, Any]) -> dict[str, Any] | None:
     """A Kubernetes Event object (``kubectl get events -o json | jq -c '.items[]'``, core/v1 or
     events.k8s.io/v1) in the usual field names, or ``None`` for any other object.
 
-    Its time is when it last happened; ``Warning`` is WARN and ``Normal`` INFO; the service is
+    Its time is when it last happened (an event seen more than once also says when it first
+    did: see :func:`_occurrences`); ``Warning`` is WARN and ``Normal`` INFO; the service is
     the workload of the object it is about (``checkout-api-7d9f8b6c5d-xk2p9`` →
     ``checkout-api``), and the message leads with the reason, as ``kubectl get events`` shows
     both (``BackOff: Back-off restarting failed container``). The object's kind, name and
@@ -322,8 +327,12 @@ def _kubernetes_event(fields: dict[str, Any]) -> dict[str, Any] | None:
     if not isinstance(about, dict) or not isinstance(reason, str) or not isinstance(note, str):
         return None
     metadata: dict[str, Any] = fields["metadata"] if isinstance(fields.get("metadata"), dict) else {}
-    times = [fields.get(key) for key in _EVENT_TIMES] + [metadata.get("creationTimestamp")]
+    series: dict[str, Any] = fields["series"] if isinstance(fields.get("series"), dict) else {}
+    times = [fields.get("lastTimestamp"), series.get("lastObservedTime")]
+    times += [fields.get(key) for key in _EVENT_TIMES] + [metadata.get("creationTimestamp")]
     ts = next((t for t in times if isinstance(t, str) and t), None)
+    count = fields.get("count", fields.get("deprecatedCount", series.get("count")))
+    first = fields.get("firstTimestamp") or fields.get("deprecatedFirstTimestamp") or fields.get("eventTime")
     name = str(about.get("name") or "")
     source: dict[str, Any] = fields["source"] if isinstance(fields.get("source"), dict) else {}
     out: dict[str, Any] = {
@@ -333,9 +342,11 @@ def _kubernetes_event(fields: dict[str, Any]) -> dict[str, Any] | None:
         "object": name,
         "namespace": about.get("namespace") or metadata.get("namespace"),
         "reason": reason,
-        "count": fields.get("count"),
+        "count": count,
         "component": fields.get("reportingComponent") or source.get("component"),
     }
+    if isinstance(count, int) and count > 1 and isinstance(first, str) and first and first != ts:
+        out[FIRST_OCCURRENCE] = first
     if name:
         out["service"] = workload_of(name, str(about.get("kind") or "Pod"))
     level = _EVENT_LEVELS.get(str(fields.get("type", "")).lower())
@@ -827,6 +838,11 @@ def parse_stream(
                 message = f"{message} — {exception}"[:MAX_MESSAGE_CHARS]
         return replace(pending, message=message, level=level, attributes=attributes, continued=len(folded))
 
+    def flush_all() -> Iterator[ParsedLine]:
+        done = flush()
+        if done is not None:
+            yield from _occurrences(done)
+
     for number, raw in _raw_lines(stream, max_line_bytes):
         result: ParsedLine | str
         if raw is None:
@@ -850,15 +866,27 @@ def parse_stream(
             result = parsed
             if isinstance(parsed, ParsedLine):
                 result = replace(parsed, line_number=number)
-        if (done := flush()) is not None:
-            yield done
+        yield from flush_all()
         pending, folded = None, []
         if isinstance(result, ParsedLine):
             pending = result
         else:
             yield LineError(number, result, _excerpt(text), source)
-    if (done := flush()) is not None:
-        yield done
+    yield from flush_all()
+
+
+def _occurrences(entry: ParsedLine) -> Iterator[ParsedLine]:
+    """The entry, after its first occurrence when it is an event the cluster counted (seen 520
+    times from ``firstTimestamp`` to ``lastTimestamp``): when it began matters as much as when
+    it last happened."""
+    first = entry.attributes.get(FIRST_OCCURRENCE)
+    try:
+        began = _timestamp(first) if isinstance(first, str) else None
+    except _Unparsable:
+        began = None
+    if began is not None and began < entry.ts:
+        yield replace(entry, ts=began, continued=0, echo=True)
+    yield entry
 
 
 def _excerpt(text: str, limit: int = 120) -> str:

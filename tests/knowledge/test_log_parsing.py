@@ -245,6 +245,39 @@ def test_a_kubernetes_event_reads_as_its_workloads_line() -> None:
     assert plain.message == "done" and plain.attributes["reason"] == "x"
 
 
+def test_an_event_seen_many_times_is_read_at_its_first_and_its_last_time(tmp_path: Path) -> None:
+    """``count: 520`` from ``firstTimestamp`` to ``lastTimestamp``: when it began matters as much
+    as when it last happened; an event seen once, or at one time, is one entry."""
+    base = {
+        "involvedObject": {"kind": "Pod", "name": "quote-api-7d5c6f9b8-m2kx4", "namespace": "pricing"},
+        "reason": "Unhealthy",
+        "message": "Readiness probe failed: dial tcp 10.244.3.41:3000: connect: connection refused",
+        "type": "Warning",
+    }
+    counted = {**base, "count": 520, "firstTimestamp": "2027-09-08T15:31:58Z", "lastTimestamp": "2027-09-08T16:14:40Z"}
+    once = {**base, "count": 1, "firstTimestamp": "2027-09-08T15:00:00Z", "lastTimestamp": "2027-09-08T15:00:00Z"}
+    series = {  # events.k8s.io/v1
+        "regarding": base["involvedObject"],
+        "reason": "Unhealthy",
+        "note": "Liveness probe failed",
+        "type": "Warning",
+        "eventTime": "2027-09-08T15:40:00Z",
+        "series": {"count": 3, "lastObservedTime": "2027-09-08T15:45:00Z"},
+    }
+    path = write(tmp_path / "events.jsonl", "\n".join(json.dumps(e) for e in (counted, once, series)).encode())
+
+    entries = [e for e in parse_file(path) if isinstance(e, ParsedLine)]
+
+    assert [(e.ts.strftime("%H:%M:%S"), e.echo) for e in entries] == [
+        ("15:31:58", True),
+        ("16:14:40", False),
+        ("15:00:00", False),
+        ("15:40:00", True),
+        ("15:45:00", False),
+    ]
+    assert entries[0].message == entries[1].message and entries[0].attributes["count"] == 520
+
+
 # What ``kubectl logs --timestamps`` prints: its own UTC time, then the container's line as the
 # program wrote it, with its own level (and sometimes its own time) in its own shape.
 @pytest.mark.parametrize(
