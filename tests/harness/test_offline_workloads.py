@@ -289,3 +289,62 @@ def test_the_change_to_the_setting_an_error_is_about_explains_it() -> None:
 
     assert_verified_diagnosis(run)
     assert "arm64" in run.payload["root_cause"]
+
+
+def test_a_server_listening_on_loopback_is_why_its_pods_connections_are_refused() -> None:
+    """The probe is refused at the pod's address; the workload's own ordinary start-up line says
+    it listens on 127.0.0.1 only: that line, which a search for warnings never returns, is why."""
+    lines = traffic(["checkout-api"])
+    lines.append(LogLine(ts=sql_ts(119.5).replace(" ", "T") + "Z", service="checkout-api", level="INFO",
+                         message="Server listening at http://127.0.0.1:3000"))  # fmt: skip
+    lines += burst(
+        "checkout-api", "WARN", 120.0, 40,
+        'Unhealthy: Readiness probe failed: Get "http://10.244.3.41:3000/health": dial tcp 10.244.3.41:3000: '
+        "connect: connection refused", 0.5,
+    )  # fmt: skip
+    run = diagnose(QUESTION, logs=InMemoryLogs(lines), sql=no_tables())
+
+    assert_verified_diagnosis(run)
+    assert "127.0.0.1" in run.payload["root_cause"]
+
+
+def test_a_setting_written_back_as_it_was_is_no_change() -> None:
+    """Two rows of one ticket: the replica limit that grew, and the pool size "changed" from 10
+    to 10. Only the first changed anything."""
+    lines = traffic(["checkout-api", "orders-db"])
+    lines += burst("orders-db", "FATAL", 118.0, 40, "sorry, too many clients already", 0.5)
+    lines += burst("checkout-api", "ERROR", 120.0, 40, "FATAL: sorry, too many clients already", 0.5)
+    sql = SqliteSqlSource(
+        {
+            "config_changes": (
+                ("id", "workload", "parameter", "before", "after", "changed_at"),
+                [
+                    (1, "report-worker", "hpa.maxReplicas", "4", "16", sql_ts(112.0)),
+                    (2, "report-worker", "DB_POOL_SIZE", "10", "10", sql_ts(112.0)),
+                ],
+            )
+        }
+    )
+    run = diagnose(QUESTION, logs=InMemoryLogs(lines), sql=sql)
+
+    assert_verified_diagnosis(run)
+    assert "too many clients" in run.payload["root_cause"]
+    assert "DB_POOL_SIZE" not in run.payload["root_cause"]
+
+
+def test_a_reason_of_how_the_workload_is_built_is_not_explained_by_another_components_failure() -> None:
+    """ "exec format error" (an image for another CPU): the database's readiness blip just before
+    it, linked or not, explains nothing of it; the workload's own line is the diagnosis."""
+    lines = traffic(["checkout-api", "orders-db"])
+    lines += burst(
+        "orders-db", "WARN", 117.0, 3, "Unhealthy: Readiness probe failed: 127.0.0.1:5432 - rejecting connections"
+    )
+    lines += burst("checkout-api", "ERROR", 120.0, 20, "exec /app/bin/checkout-api: exec format error", 0.5)
+    lines += back_off(40)
+    knowledge = InMemoryKnowledge(
+        [KnowledgeChunk("d1", "checkout-api", "checkout-api", "checkout-api stores orders in orders-db.", 1.0)]
+    )
+    run = diagnose(QUESTION, logs=InMemoryLogs(lines), sql=no_tables(), knowledge=knowledge)
+
+    assert_verified_diagnosis(run)
+    assert "exec format error" in run.payload["root_cause"]

@@ -268,6 +268,22 @@ def _is_scalar(value: Any) -> bool:
     return value is not None and not isinstance(value, dict | list)
 
 
+_OLD_VALUE = frozenset({"before", "old", "old_value", "from", "from_value", "previous", "prev", "was"})
+_NEW_VALUE = frozenset({"after", "new", "new_value", "to", "to_value", "now", "value", "version", "current"})
+
+
+def _unchanged(columns: list[str], row: list[Any]) -> bool:
+    """Whether the row records a value replaced by the same value: its one "before"-like column
+    and its one "after"-like column hold the same scalar."""
+    names = [c.lower() for c in columns]
+    old = [i for i, c in enumerate(names) if c in _OLD_VALUE]
+    new = [i for i, c in enumerate(names) if c in _NEW_VALUE]
+    if len(old) != 1 or len(new) != 1 or max(old[0], new[0]) >= len(row):
+        return False
+    before, after = row[old[0]], row[new[0]]
+    return _is_scalar(before) and _is_scalar(after) and str(before).strip() == str(after).strip() != ""
+
+
 def change_rows(conv: Conversation) -> list[ChangeRow]:
     """The rows of every ``query_mysql`` result, but those with text addressed to an assistant."""
     out = []
@@ -295,6 +311,8 @@ def change_rows(conv: Conversation) -> list[ChangeRow]:
                 if len(" ".join(whole)) > MAX_QUOTE_CHARS
                 else " ".join(whole)
             )
+            # A setting written back as it was ("DB_POOL_SIZE 10 → 10") changed nothing.
+            unchanged = _unchanged(columns, row)
             # the first time the row has (a table of several kinds of record dates each its own way)
             at = next((t for i in time_indexes if i < len(row) and (t := parse_ts(row[i])) is not None), None)
             out.append(
@@ -304,7 +322,7 @@ def change_rows(conv: Conversation) -> list[ChangeRow]:
                     columns,
                     at,
                     salient(" ".join(cells)),
-                    is_change,
+                    is_change and not unchanged,
                     table.group(1) if table else "",
                 )
             )

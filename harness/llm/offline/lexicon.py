@@ -16,9 +16,15 @@ from harness.text import content_tokens, has_cjk
 _SUFFIXES = ("ations", "ation", "ions", "ion", "ings", "ing", "ness", "ed", "es", "s")
 
 
+#: words a stem does not bring together: "never becomes Ready" is about the readiness probe
+_SAME_STEM = {"ready": "readi", "unready": "readi", "notready": "readi"}
+
+
 def stem(token: str) -> str:
     if not token.isascii():
         return token
+    if token in _SAME_STEM:
+        return _SAME_STEM[token]
     for suffix in _SUFFIXES:
         if token.endswith(suffix) and len(token) - len(suffix) >= 4:
             return token[: -len(suffix)]
@@ -90,6 +96,8 @@ CAUSE_TERMS = frozenset(
         "available",
         "unavailable",
         "denied",
+        "forbidden",
+        "unauthorized",
         "dns",
         "resolve",
         "handshake",
@@ -165,6 +173,37 @@ ORCHESTRATOR_DIAGNOSIS = re.compile(
     r"\b(disk|memory|pid)\s*pressure\b|\bcreate\s*container\s*config\s*error\b|"
     r"\bcouldn'?t\s+find\s+key\b|\b(configmaps?|secrets?)\s+\"?[\w.-]+\"?\s+not\s+found\b|"
     r"\bunbound\s+(immediate\s+)?persistent\s*volume\s*claims?\b|\bpersistent\s*volume\s*claim\s+\"?[\w.-]+\"?\s+not\s+found\b",
+    re.IGNORECASE,
+)
+#: a server inside a container that listens on its loopback address only: whatever connects to
+#: the pod's address (a probe, a service) is refused
+LOOPBACK_LISTEN = re.compile(
+    r"\blisten(?:ing)?\s+(?:on|at)\s+(?:\w+://)?(?:127\.0\.0\.1|localhost|\[::1\])(?![\d.])", re.IGNORECASE
+)
+#: What a program or server says when it knows why it cannot go on: the operating system's error
+#: messages (``strerror``) and a server's own limits. Such a line states its reason, as an
+#: orchestrator's diagnosis does; "Too Many Requests" does not (it is a limiter's symptom).
+STATED_REASON = re.compile(
+    r"\bexec\s+format\s+error\b|\bno\s+space\s+left\s+on\s+device\b|\bread-only\s+file\s*system\b|"
+    r"\bcannot\s+allocate\s+memory\b|\btoo\s+many\s+open\s+files\b|\baddress\s+already\s+in\s+use\b|"
+    r"\bpermission\s+denied\b|\boperation\s+not\s+permitted\b|\bno\s+such\s+file\s+or\s+directory\b|"
+    r"\btoo\s+many\s+(?:clients|connections)\b|\bremaining\s+connection\s+slots\s+are\s+reserved\b|"
+    r"\bcertificate\s+(?:has\s+)?expired\b|\bdisk\s+quota\s+exceeded\b|"
+    # a setting the program needs and was not given
+    r"\b(?:is\s+)?not\s+(?:specified|defined)\b|\bis\s+undefined\b|\bmust\s+(?:specify|set|provide)\b|"
+    # a service with no pod behind it
+    r"\bdoes\s+not\s+have\s+any\s+active\s+endpoints?\b|\bno\s+endpoints\s+available\b|" + LOOPBACK_LISTEN.pattern,
+    re.IGNORECASE,
+)
+#: a connection the other end refused: nothing listens on that address and port
+REFUSED = re.compile(r"\bconnection\s+refused\b|\bECONNREFUSED\b", re.IGNORECASE)
+#: Reasons that are how a workload is configured or built (a key missing from a secret, an image
+#: that cannot be pulled or run): nothing another component does at run time brings them about;
+#: a change does.
+STATIC_REASON = re.compile(
+    r"\bexec\s+format\s+error\b|\bcouldn'?t\s+find\s+key\b|\b(configmaps?|secrets?)\s+\"?[\w.-]+\"?\s+not\s+found\b|"
+    r"\bcreate\s*container\s*config\s*error\b|\b(err)?image\s*pull(back-?off)?\b|\bfailed\s+to\s+pull\s+image\b|"
+    r"\bmanifest\s+unknown\b",
     re.IGNORECASE,
 )
 #: What an SRE looks for in the changes when an error says this: the settings it is about (an
@@ -259,6 +298,8 @@ FRAMING = frozenset(
         "before",
         "after",
         "starting",
+        "min",
+        "minutes",
         "started",
         "matching",
         "records",

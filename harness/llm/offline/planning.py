@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.llm.offline.conversation import Conversation, sql_tables
 from harness.llm.offline.evidence import literal
-from harness.llm.offline.lexicon import CHANGE_TERMS, STATE_TERMS, TIME_COLUMN, terms
+from harness.llm.offline.lexicon import CHANGE_TERMS, REFUSED, STATE_TERMS, TIME_COLUMN, terms
 from harness.llm.offline.reasoning import (
     CHANGE_GRACE,
     CHANGE_LOOKBACK,
@@ -67,8 +67,17 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
                 (QUERY_LOGS, {"query": "", "service": name, "level": "WARN", "limit": 100})
                 for name in _unread_subject(conv, ev)[:MAX_NAMED_SERVICES]
             )
+        if (
+            LOOKUP_KNOWLEDGE in conv.tools
+            and len(ev.subject) <= MAX_NAMED_SERVICES
+            and not any(o.view.get("chunks") for o in conv.results(LOOKUP_KNOWLEDGE))
+        ):
+            # No document answers the question in full (it holds too many other words): what the
+            # team wrote about the workload asked about, what it calls and serves.
+            calls.extend((LOOKUP_KNOWLEDGE, {"query": name, "top_k": 5}) for name in sorted(ev.subject))
         calls.extend(_window_calls(conv, ev))
         calls.extend(_candidate_calls(conv, ev))
+        calls.extend(_listening_calls(conv, ev))
     elif conv.tool_steps in (2, 3):
         # The subject's own warnings or the incident window may have brought the onset or new
         # candidates: read the window, look them up too, then look up how to fix the cause once
@@ -105,6 +114,18 @@ def _window_calls(conv: Conversation, ev: Evidence) -> list[tuple[str, dict[str,
     if QUERY_LOGS not in conv.tools or ev.onset is None or _saw_every_warning(conv):
         return []
     return [(QUERY_LOGS, _incident_window(ev.onset))]
+
+
+def _listening_calls(conv: Conversation, ev: Evidence) -> list[tuple[str, dict[str, Any]]]:
+    """Connections to the workload asked about are refused: where does it say it listens? (An
+    ordinary start-up line, which a search for warnings never returns.)"""
+    if QUERY_LOGS not in conv.tools:
+        return []
+    refused = {s for p in ev.patterns if REFUSED.search(p.example) for s in p.services if s in ev.subject}
+    return [
+        (QUERY_LOGS, {"query": "listening", "service": name, "level": "INFO", "limit": 20})
+        for name in sorted(refused)[:MAX_NAMED_SERVICES]
+    ]
 
 
 def _saw_every_warning(conv: Conversation) -> bool:

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from harness.guards.injection import looks_like_instruction
+from harness.llm.offline.chat import sentences
 from harness.llm.offline.conversation import Conversation
 from harness.llm.offline.evidence import (
     ChangeRow,
@@ -33,9 +35,13 @@ from harness.llm.offline.evidence import (
 from harness.llm.offline.lexicon import (
     CAUSE_TERMS,
     CREATION_TERMS,
+    LOOPBACK_LISTEN,
     ORCHESTRATOR_DIAGNOSIS,
+    REFUSED,
     RESTATEMENT,
     STATE_TERMS,
+    STATED_REASON,
+    STATIC_REASON,
     SYMPTOM_TERMS,
     is_recommendation,
     related_settings,
@@ -65,6 +71,9 @@ CHANGE_GRACE = timedelta(minutes=5)
 ALIGNED = timedelta(minutes=15)
 #: A record that only says something was created is a change this close to the onset, no earlier.
 CREATION_LEAD = timedelta(minutes=30)
+#: A candidate that names no failure is one only when a change explains it this well (see
+#: :func:`_change_support`): what began right after a change that touches it.
+TIED_TO_CHANGE = 3.0
 #: Shared words this rare (summed rarity) link a component to the symptom: a host, a dependency.
 SHARED_RARITY = 1.0
 
@@ -325,13 +334,14 @@ def gather(conv: Conversation) -> Evidence:
         if relevant
         else None
     )
-    knowledge_words = {
-        w
+    texts = [
+        str(c.get("text", ""))
         for o in conv.results(LOOKUP_KNOWLEDGE)
         for c in o.view.get("chunks") or []
         if isinstance(c, dict)
-        for w in salient(str(c.get("text", "")))
-    }
+    ]
+    knowledge_words = {w for text in texts for w in salient(text)}
+    documented = [sentence for text in texts for sentence in sentences(text) if not looks_like_instruction(sentence)]
     ev = Evidence(
         patterns,
         ignored,
@@ -343,7 +353,7 @@ def gather(conv: Conversation) -> Evidence:
         _rarity(patterns, rows),
         _blamed_services(patterns),
         subject=subject,
-        linked=_linked(patterns, subject, known),
+        linked=_linked(patterns, subject, known, documented),
     )
     ev.followed = {id(row): _followed_by(row, ev) for row in rows if row.is_change}
     return ev
@@ -382,9 +392,17 @@ def _spoken(service: str) -> set[str]:
     return names
 
 
-def _linked(patterns: list[Pattern], subject: frozenset[str], known: AbstractSet[str]) -> frozenset[str]:
-    """The subject and, transitively, the components its warnings name: what it depends on."""
+def _linked(
+    patterns: list[Pattern], subject: frozenset[str], known: AbstractSet[str], documented: Sequence[str] = ()
+) -> frozenset[str]:
+    """The subject and, transitively, the components its warnings name: what it depends on; and
+    the components a sentence of the team's documents names together with the subject ("account-api
+    serves the app through mobile-edge"): a call the logs need not show."""
     linked = set(subject)
+    for sentence in documented if subject else []:
+        text = sentence.lower()
+        if any(_mentions(text, s) for s in subject):
+            linked.update(s for s in known if len(s) > 3 and _mentions(text, s))
     grown = bool(linked)
     while grown:
         grown = False
@@ -484,14 +502,18 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         if len(salient(p.template) & ev.knowledge_words) >= 2:
             value += 1.5
         value += min(_change_support(p, ev)[0], 4.0) * 0.75
-        if ORCHESTRATOR_DIAGNOSIS.search(f"{p.template} {p.example}"):
-            value += 1.5  # the orchestrator says why: OOMKilled, an image it cannot pull, a failed probe
+        if _listens_where_refused(p, ev):
+            value += 3.0  # why the connections are refused, which those that are only restate
+        if stated_reason(p):
+            # the orchestrator or the system says why: OOMKilled, an image it cannot pull, a
+            # failed probe, "exec format error", "too many clients"
+            value += 1.5
             if set(p.services) & ev.subject:
                 value += 1.5  # and of the very workload asked about: what its clients say follows from it
         if not ev.is_linked(p):
-            # another component, with nothing tying it to the workload asked about (or, when the
-            # question names none, to the one the symptom is of: a weaker presumption)
-            value -= 3.0 if ev.subject else 1.5
+            # another component, with nothing tying it to the one the symptom is of (a weaker
+            # presumption than a workload the question names, whose strangers are no cause at all)
+            value -= 1.5
 
         return value + 0.5 * min(math.log10(max(p.count, 1)), 2.0)
 
@@ -501,17 +523,41 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
     ranked = [
         (score(p), p)
         for p in ev.patterns
-        if p.rank >= 2
+        if (p.rank >= 2 or _listens_where_refused(p, ev))
         and p is not symptom
         and p.template != symptom.template
         and not restates(p)
         and not p.outside_window
+        # the question names the workload: another component with nothing tying it to it is no
+        # cause, however loud (a log shipper's warnings, the clients' own account of the failure)
+        and not (ev.subject and not ev.is_linked(p))
+        # the symptom's own events told by another part of them (its stack trace's last frame)
+        and not (p.first == symptom.first and p.last == symptom.last and p.services == symptom.services)
+        # what says nothing broke or ran out ("cache refresh took 3s"), and follows no change that
+        # touches it, explains no failure
+        and (names_a_failure(p) or _listens_where_refused(p, ev) or _change_support(p, ev)[0] >= TIED_TO_CHANGE)
         and not (began is not None and p.first is not None and not p.table and p.first > began + INCIDENT_TAIL)
         # a state observed on another day is another incident's
         and not (began is not None and p.first is not None and p.table and abs(p.first - began) > STATE_SPAN)
     ]
     ranked.sort(key=lambda sp: -sp[0])
     return ranked
+
+
+def names_a_failure(p: Pattern) -> bool:
+    """Whether the pattern speaks of something that broke, ran out or was refused, or states a
+    reason in the orchestrator's or the system's words."""
+    return bool(terms(p.template) & CAUSE_TERMS) or bool(stated_reason(p))
+
+
+def _listens_where_refused(p: Pattern, ev: Evidence) -> bool:
+    """An ordinary line that says a workload listens on its loopback address only, when
+    connections to that workload are refused: then it is why (a probe or a service connects to
+    the pod's own address)."""
+    if not LOOPBACK_LISTEN.search(p.example):
+        return False
+    refused = {s for q in ev.patterns if q.rank >= 2 and REFUSED.search(q.example) for s in q.services}
+    return bool(set(p.services) & refused)
 
 
 def _beyond_restatement(p: Pattern) -> str:
@@ -526,10 +572,30 @@ def restates(p: Pattern) -> bool:
     return bool(RESTATEMENT.search(text)) and not ORCHESTRATOR_DIAGNOSIS.search(_beyond_restatement(p))
 
 
+def stated_reason(p: Pattern) -> str:
+    """The reason the pattern states in an orchestrator's or the system's words ("oomkilled",
+    "too many clients"), lower-cased, or ``""``."""
+    beyond = _beyond_restatement(p)
+    match = ORCHESTRATOR_DIAGNOSIS.search(beyond) or STATED_REASON.search(beyond)
+    return " ".join(match.group(0).lower().split()) if match else ""
+
+
+#: a container's state named for a static reason, without the reason's detail
+_STATE_ONLY = re.compile(r"(err)?image\s*pull(back-?off)?|create\s*container\s*config\s*error", re.IGNORECASE)
+
+
+def _static_reasons(p: Pattern) -> set[str]:
+    """The details of the configuration or build reasons the pattern states (``STATIC_REASON``:
+    "couldn't find key", "manifest unknown"; not the state they put a container in,
+    "ImagePullBackOff"), lower-cased."""
+    found = (" ".join(m.group(0).lower().split()) for m in STATIC_REASON.finditer(_beyond_restatement(p)))
+    return {reason for reason in found if not _STATE_ONLY.fullmatch(reason)}
+
+
 def explains_itself(p: Pattern) -> bool:
-    """Whether the pattern names its own cause ("certificate has expired", "OOMKilled"), rather
-    than restating a failure (a restart, a back-off)."""
-    if ORCHESTRATOR_DIAGNOSIS.search(_beyond_restatement(p)):
+    """Whether the pattern names its own cause ("certificate has expired", "OOMKilled", "exec
+    format error"), rather than restating a failure (a restart, a back-off)."""
+    if stated_reason(p):
         return True
     return bool(terms(p.template) & CAUSE_TERMS) and not restates(p)
 
@@ -559,15 +625,38 @@ def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
     if symptom is not None:
         ranked = rank_causes(ev)
         names_its_cause = explains_itself(symptom) and not _told_by_the_question(symptom, conv.question)
-        if names_its_cause and symptom.first is not None:
-            # A symptom that names its cause ("certificate has expired"): what only began after it
-            # (the server's "bad certificate" from the same clients) is its echo, and what names no
-            # cause of its own ("promotions lookup slow") explains less than it does.
+        if names_its_cause and symptom.first is not None and STATIC_REASON.search(_beyond_restatement(symptom)):
+            # A key missing from a secret, an image that cannot be pulled: no other component's
+            # failure brings that about (a change does, which is looked for below); the workload's
+            # own fuller account of it ("Failed to pull image …:4.12.0 … manifest unknown") may
+            # say more than the symptom's words.
+            details = _static_reasons(symptom)
             ranked = [
                 (v, p)
                 for v, p in ranked
-                if explains_itself(p) and (p.first is None or p.table or p.first <= symptom.first)
+                if set(p.services) & set(symptom.services) and len(_static_reasons(p) | details) > len(details)
             ]
+        elif names_its_cause and symptom.first is not None:
+            # A symptom that names its cause ("certificate has expired"): what only began after it
+            # (the server's "bad certificate" from the same clients) is its echo, and what names no
+            # cause of its own ("promotions lookup slow") explains less than it does.
+            # What began at the very moment the symptom did, in the same service, is the same
+            # failure told another way (the pool timing out on the server's refusal).
+            ranked = [
+                (v, p)
+                for v, p in ranked
+                if explains_itself(p)
+                and (
+                    p.first is None
+                    or p.table
+                    or p.first < symptom.first
+                    or (p.first == symptom.first and not set(p.services) & set(symptom.services))
+                )
+            ]
+            # the same reason told earlier, by where it comes from (the database's own "too many
+            # clients" before its clients quote it), says more than a pool's complaint beside it
+            told = stated_reason(symptom)
+            ranked.sort(key=lambda vp: -(vp[0] + (2.0 if told and stated_reason(vp[1]) == told else 0.0)))
             if ev.subject and set(symptom.services) & ev.subject and ORCHESTRATOR_DIAGNOSIS.search(symptom.template):
                 # The orchestrator says why the workload asked about is down ("Insufficient cpu"):
                 # only what that workload depends on can say more, not a stranger sharing a word.

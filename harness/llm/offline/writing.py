@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from harness.guards.quotes import normalise
 from harness.llm.offline.conversation import Conversation
 from harness.llm.offline.evidence import Pattern, excerpt, literal, named
 from harness.llm.offline.reasoning import Analysis, analyse
@@ -33,6 +34,25 @@ def _state_claim(p: Pattern, zh: bool) -> dict[str, Any]:
     )
 
 
+def _who(conv: Conversation, p: Pattern) -> str:
+    """The services of a pattern as a claim names them: the one its cited line is of (the first
+    line of the call's result that holds the quote, as the evidence check finds it), and how
+    many more share the template; naming them all would say more than the excerpt shows."""
+    if len(p.services) <= 1:
+        return p.services[0] if p.services else "?"
+    quote = normalise(excerpt(p.example))
+    lines = next((o.view.get("lines") or [] for o in conv.observations if o.call_id == p.call_id), [])
+    cited = next(
+        (
+            str(line.get("service"))
+            for line in lines
+            if isinstance(line, dict) and quote in normalise(str(line.get("message", "")))
+        ),
+        p.services[0],
+    )
+    return f"{cited} (+{len(p.services) - 1})"
+
+
 def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[str, Any]:
     """The draft (conclusion, root cause, claims, recommendations, limitations) of the analysis."""
     a = analysis or analyse(conv)
@@ -51,7 +71,7 @@ def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[st
             "limitations": a.limitations,
         }
     claims = []
-    services = ", ".join(s.services) or "?"
+    services = _who(conv, s)
     s_quote = excerpt(s.example)
     claims.append(
         _state_claim(s, zh) if s.table else _claim(
@@ -60,7 +80,7 @@ def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[st
             s.call_id, s_quote,
         )
     )  # fmt: skip
-    c_services = ", ".join(c.services) or "?"
+    c_services = _who(conv, c)
     if c is not s:
         c_quote = excerpt(c.example)
         lead = ""
