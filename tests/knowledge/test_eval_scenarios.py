@@ -552,8 +552,9 @@ PUBLIC = Path(__file__).resolve().parent / "public_incidents"
 #: a second held-out set built after that run
 PUBLIC_SETS = [PUBLIC / name / "scenarios" for name in ("dev", "heldout", "heldout2", "heldout3")]
 PUBLIC_SCENARIOS = find_scenarios(PUBLIC_SETS)
-#: the sets loaded together into one database (``heldout3`` not yet: with it, the demo's own
-#: questions resolve a date without a year to that set's 2027 and read the wrong window)
+#: the sets loaded together into one database (``heldout3`` not yet: with it, 11 more of the
+#: others miss; in the one examined, a date without a year resolves to that set's 2027 and the
+#: wrong day's window is read)
 SHARED_PUBLIC_SETS = PUBLIC_SETS[:3]
 _NEEDS_A_SECOND_HOP = (
     "the analyst names the error the evidence shows but not what explains it, which is in another "
