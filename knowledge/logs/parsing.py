@@ -643,8 +643,19 @@ def _service_level_message(rest: str) -> tuple[str | None, str | None, str]:
         if m["tok"].endswith(":") or _MYSQL_TAIL.match(after):
             return None, level, after  # "LOG:  received SIGHUP": what follows a level's colon is the message
         s = _BRACKET_SERVICE.match(after) or _COLON_SERVICE.match(after) or _BARE_SERVICE.match(after)
+        if s is not None and _THREAD_NAME.match(s["svc"]):
+            return None, level, s["msg"]  # logback's ``LEVEL [thread] logger - message``: no service
         return (s["svc"], level, s["msg"]) if s is not None else (None, level, after)
     return None, None, rest
+
+
+#: a JVM or event-loop thread's name where a service could stand: ``[http-nio-8080-exec-195]``,
+#: ``[r2dbc-pool-2]``, ``[grpc-default-executor-9]``, ``[pool-1-thread-3]``, ``[main]``
+_THREAD_NAME = re.compile(
+    r"^(?:main|.*[-_](?:exec|executor|thread|pool|nio|epoll|eventloop|scheduling|scheduler|task|dispatcher)"
+    r"(?:-\d+)+|pool-\d+-thread-\d+|.*#\d+-\d+-C-\d+)$",
+    re.IGNORECASE,
+)
 
 
 def _level_of(m: re.Match[str]) -> str | None:

@@ -62,6 +62,16 @@ def fields(line: ParsedLine) -> tuple[datetime, str, str, str, dict[str, Any]]:
             id="iso-offset-bracketed-level-colon-service",
         ),
         pytest.param(
+            "2026-11-30 10:02:00 ERROR [r2dbc-pool-2] o.w.c.db.PostgresClient - Failed to acquire connection",
+            (T, "default-svc", "ERROR", "o.w.c.db.PostgresClient - Failed to acquire connection", {}),
+            id="iso-level-logback-thread-is-no-service",
+        ),
+        pytest.param(
+            "2026-11-30 10:02:00 INFO  [http-nio-8080-exec-195] c.n.web.RequestLog - GET / -> 200",
+            (T, "default-svc", "INFO", "c.n.web.RequestLog - GET / -> 200", {}),
+            id="iso-level-tomcat-thread-is-no-service",
+        ),
+        pytest.param(
             "2026-11-30 10:02:00 payment-service ERROR upstream timed out",
             (T, "payment-service", "ERROR", "upstream timed out", {}),
             id="iso-service-level",
