@@ -88,3 +88,15 @@ def test_a_date_with_a_part_of_the_day_stands_for_about_then() -> None:
     assert stated_time("1 月 14 日上午开始，model-api 每隔一个多小时就重启一次") == StatedTime(9, 0, month_day=(1, 14))
     # without a date, a part of the day says too little to pick a window
     assert stated_time("slow since the afternoon") is None
+
+
+def test_a_date_without_a_year_whose_window_was_read_empty_is_taken_a_year_earlier() -> None:
+    # a store whose latest warnings are all of 2027: "3 November" is first taken as 2027-11-03;
+    # once that day's window has been read and holds nothing, it is the year before
+    seen = [datetime(2027, 11, 20, 9, 0, tzinfo=UTC), datetime(2026, 11, 3, 10, 5, tzinfo=UTC)]
+    stated = StatedTime(10, 0, month_day=(11, 3))
+    window = (datetime(2027, 11, 3, 9, 0, tzinfo=UTC), datetime(2027, 11, 3, 10, 15, tzinfo=UTC))
+
+    assert resolve(stated, seen[:1]) == datetime(2027, 11, 3, 10, 0, tzinfo=UTC)
+    assert resolve(stated, seen[:1], [window]) == datetime(2026, 11, 3, 10, 0, tzinfo=UTC)
+    assert resolve(stated, seen, [window]) == datetime(2026, 11, 3, 10, 0, tzinfo=UTC)

@@ -217,6 +217,19 @@ def _whole_window(args: Mapping[str, Any], view: Mapping[str, Any]) -> bool:
     return isinstance(total, int) and isinstance(returned, int) and 0 < total <= returned
 
 
+def empty_windows(conv: Conversation) -> list[tuple[datetime, datetime]]:
+    """The time windows a query of every service's warnings read and found nothing in."""
+    out = []
+    for obs in conv.results(QUERY_LOGS):
+        args = obs.args
+        if args.get("query") or args.get("service") or obs.view.get("total") != 0:
+            continue
+        start, end = parse_ts(args.get("start")), parse_ts(args.get("end"))
+        if start is not None and end is not None:
+            out.append((start, end))
+    return out
+
+
 def _opens_window(first: datetime, start: Any) -> bool:
     opened = parse_ts(start)
     return opened is not None and first - opened <= WINDOW_EDGE

@@ -190,7 +190,8 @@ STATED_REASON = re.compile(
     r"\btoo\s+many\s+(?:clients|connections)\b|\bremaining\s+connection\s+slots\s+are\s+reserved\b|"
     r"\bcertificate\s+(?:has\s+)?expired\b|\bdisk\s+quota\s+exceeded\b|"
     # a setting the program needs and was not given
-    r"\b(?:is\s+)?not\s+(?:specified|defined)\b|\bis\s+undefined\b|\bmust\s+(?:specify|set|provide)\b|"
+    r"\b(?:environment\s+variable|variable|setting|option|parameter|password|key)\s+\S+\s+is\s+"
+    r"(?:not\s+(?:set|specified|defined)|undefined)\b|\bmust\s+(?:specify|set|provide)\b|"
     # a service with no pod behind it
     r"\bdoes\s+not\s+have\s+any\s+active\s+endpoints?\b|\bno\s+endpoints\s+available\b|" + LOOPBACK_LISTEN.pattern,
     re.IGNORECASE,

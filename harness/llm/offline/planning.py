@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Set as AbstractSet
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from harness.llm.offline.conversation import Conversation, sql_tables
@@ -25,6 +25,7 @@ from harness.llm.offline.reasoning import (
     CHANGE_LOOKBACK,
     INCIDENT_LEAD,
     INCIDENT_TAIL,
+    STATE_SPAN,
     Evidence,
     analyse,
     gather,
@@ -60,13 +61,10 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
             )
     elif conv.tool_steps == 1:
         ev = gather(conv)
-        if QUERY_LOGS in conv.tools:
-            # The workloads the question is about, by the names the store knows them by: their
-            # warnings, when the latest lines of a busy store are all another incident's.
-            calls.extend(
-                (QUERY_LOGS, {"query": "", "service": name, "level": "WARN", "limit": 100})
-                for name in _unread_subject(conv, ev)[:MAX_NAMED_SERVICES]
-            )
+        unread = _unread_subject(conv, ev)[:MAX_NAMED_SERVICES] if QUERY_LOGS in conv.tools else []
+        # The workloads the question is about, by the names the store knows them by: their
+        # warnings, when the latest lines of a busy store are all another incident's.
+        calls.extend((QUERY_LOGS, {"query": "", "service": name, "level": "WARN", "limit": 100}) for name in unread)
         if (
             LOOKUP_KNOWLEDGE in conv.tools
             and len(ev.subject) <= MAX_NAMED_SERVICES
@@ -75,16 +73,17 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
             # No document answers the question in full (it holds too many other words): what the
             # team wrote about the workload asked about, what it calls and serves.
             calls.extend((LOOKUP_KNOWLEDGE, {"query": name, "top_k": 5}) for name in sorted(ev.subject))
-        calls.extend(_window_calls(conv, ev))
-        calls.extend(_candidate_calls(conv, ev))
+        if not unread:
+            # (else the subject's own lines may move the onset, the symptom and the candidates:
+            # the window and the changes around them are read at the next step)
+            calls.extend(_around_the_onset(conv, ev))
         calls.extend(_listening_calls(conv, ev))
-    elif conv.tool_steps in (2, 3):
+    elif conv.tool_steps in (2, 3, 4):
         # The subject's own warnings or the incident window may have brought the onset or new
         # candidates: read the window, look them up too, then look up how to fix the cause once
         # there is one.
         ev = gather(conv)
-        calls.extend(_window_calls(conv, ev))
-        calls.extend(_candidate_calls(conv, ev))
+        calls.extend(_around_the_onset(conv, ev))
         if not [c for c in calls if not conv.called(*c)] and LOOKUP_KNOWLEDGE in conv.tools:
             analysis = analyse(conv, ev)
             if analysis.cause is not None and len(analysis.recommendations) < MIN_RECOMMENDATIONS:
@@ -107,6 +106,13 @@ def _unread_subject(conv: Conversation, ev: Evidence) -> list[str]:
     read = {str(obs.args.get("service")) for obs in conv.results(QUERY_LOGS) if obs.args.get("service")}
     seen = {s for p in ev.patterns for s in p.services}
     return sorted(s for s in ev.subject if s not in read and s not in seen)
+
+
+def _around_the_onset(conv: Conversation, ev: Evidence) -> list[tuple[str, dict[str, Any]]]:
+    """The window around the onset; once it is read, the documents and changes about the
+    candidates it shows (before that, the candidates may be another day's)."""
+    window = [call for call in _window_calls(conv, ev) if not conv.called(*call)]
+    return window or _candidate_calls(conv, ev)
 
 
 def _window_calls(conv: Conversation, ev: Evidence) -> list[tuple[str, dict[str, Any]]]:
@@ -177,7 +183,8 @@ def _candidate_calls(conv: Conversation, ev: Evidence) -> list[tuple[str, dict[s
         # And what the orchestrator records of the workloads' state (a pod's last state, exit
         # code): the reason can be there when no log line gives it.
         calls.extend(
-            (QUERY_MYSQL, {"sql": sql}) for sql in _table_queries(conv, focus, span, STATE_TERMS, MAX_STATE_TABLES)
+            (QUERY_MYSQL, {"sql": sql})
+            for sql in _table_queries(conv, focus, span, STATE_TERMS, MAX_STATE_TABLES, after=STATE_SPAN)
         )
     return calls
 
@@ -188,9 +195,11 @@ def _table_queries(
     span: tuple[datetime, datetime] | None,
     kind: frozenset[str],
     limit: int,
+    after: timedelta = CHANGE_GRACE,
 ) -> list[str]:
     """Queries of the tables whose name or columns speak of ``kind`` (changes, or states), best
-    matching first, over the time the incident could have begun in."""
+    matching first, over the time the incident could have begun in (and, for states, ``after``
+    it: what the workloads went through)."""
     tables = sql_tables(conv.tools.get(QUERY_MYSQL))
     wanted = focus | terms(conv.question)
     ranked = []
@@ -218,7 +227,7 @@ def _table_queries(
             order = f" ORDER BY {time_column} DESC"
             if span is not None:
                 # Only the rows that could explain it, whatever came later.
-                start, end = (_sql_ts(span[0] - CHANGE_LOOKBACK), _sql_ts(span[1] + CHANGE_GRACE))
+                start, end = (_sql_ts(span[0] - CHANGE_LOOKBACK), _sql_ts(span[1] + after))
                 where = f" WHERE {time_column} >= '{start}' AND {time_column} <= '{end}'"
         out.append(f"SELECT * FROM {table}{where}{order} LIMIT 20")  # noqa: S608 - identifiers checked above
     return out

@@ -29,6 +29,7 @@ from harness.llm.offline.evidence import (
     Passage,
     Pattern,
     change_rows,
+    empty_windows,
     knowledge_passages,
     log_patterns,
 )
@@ -267,7 +268,8 @@ def reported_onset(
     if stated is None:
         return None
     spoken = [p for p in patterns if p.rank >= 2 and len(asked & p.words) >= 2 and about(p)] if asked else []
-    return resolve(stated, [ts for p in spoken or patterns for ts in (p.first, p.last) if ts is not None])
+    seen = [ts for p in spoken or patterns for ts in (p.first, p.last) if ts is not None]
+    return resolve(stated, seen, empty_windows(conv))
 
 
 def _fits_report(p: Pattern, reported: datetime | None) -> int:

@@ -102,10 +102,14 @@ def stated_time(question: str) -> StatedTime | None:
     return _valid(hour, minute, shift=shift)
 
 
-def resolve(stated: StatedTime, seen: Sequence[datetime]) -> datetime | None:
+def resolve(
+    stated: StatedTime, seen: Sequence[datetime], empty: Sequence[tuple[datetime, datetime]] = ()
+) -> datetime | None:
     """The stated time as a UTC instant, its missing year or day taken from the evidence's
     timestamps ``seen``: the candidate with the most evidence around it, the latest on a tie (a
-    day without a year not after all the evidence, when it can be)."""
+    day without a year not after all the evidence, when it can be). A candidate inside one of the
+    ``empty`` windows (read, and holding no warning at all) is not the day: a date without a year
+    is then taken a year earlier."""
     if stated.day is not None:
         return stated.on(stated.day)
     if not seen:
@@ -117,6 +121,10 @@ def resolve(stated: StatedTime, seen: Sequence[datetime]) -> datetime | None:
         # past), unless every such day is: then the first of them
         dated = [d for year in sorted({d.year for d in days}) if (d := _date(year, month, day)) is not None]
         candidates = [d for d in dated if d <= days[-1] + timedelta(days=1)] or dated[:1]
+        if candidates and all(_inside(stated.on(d), empty) for d in candidates):
+            earlier = _date(candidates[0].year - 1, month, day)
+            candidates = [earlier] if earlier is not None else []
+        candidates = [d for d in candidates if not _inside(stated.on(d), empty)]
     else:
         candidates = sorted({d + timedelta(days=k) for d in days for k in (-1, 0, 1)})
     best: tuple[int, datetime] | None = None
@@ -128,6 +136,10 @@ def resolve(stated: StatedTime, seen: Sequence[datetime]) -> datetime | None:
     if best is None or (stated.month_day is None and best[0] == 0):
         return None
     return best[1]
+
+
+def _inside(at: datetime, windows: Sequence[tuple[datetime, datetime]]) -> bool:
+    return any(start <= at <= end for start, end in windows)
 
 
 def _clock(question: str) -> tuple[int, int] | None:
