@@ -14,6 +14,7 @@ evidence shows no cause, :func:`analyse` says what is missing instead.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -212,6 +213,8 @@ class Evidence:
     subject: frozenset[str] = frozenset()
     #: the subject and the components its warnings name, transitively: what can be a cause
     linked: frozenset[str] = frozenset()
+    #: services whose warnings say a connection to them was refused
+    refused: frozenset[str] = frozenset()
 
     def about_subject(self, p: Pattern) -> bool:
         """Whether the pattern is the subject's own, or names it."""
@@ -358,6 +361,7 @@ def gather(conv: Conversation) -> Evidence:
         linked=_linked(patterns, subject, known, documented),
     )
     ev.followed = {id(row): _followed_by(row, ev) for row in rows if row.is_change}
+    ev.refused = frozenset(s for p in patterns if p.rank >= 2 and REFUSED.search(p.example) for s in p.services)
     return ev
 
 
@@ -487,6 +491,12 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         return []
 
     blamed = ev.blamed
+    supported: dict[int, float] = {}
+
+    def support(p: Pattern) -> float:
+        if id(p) not in supported:
+            supported[id(p)] = _change_support(p, ev)[0]
+        return supported[id(p)]
 
     def score(p: Pattern) -> float:
         words = terms(p.template)
@@ -503,7 +513,7 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         value += 0.5 * min(len(salient(p.template) & (ev.asked | symptom.words)), 2)
         if len(salient(p.template) & ev.knowledge_words) >= 2:
             value += 1.5
-        value += min(_change_support(p, ev)[0], 4.0) * 0.75
+        value += min(support(p), 4.0) * 0.75
         if _listens_where_refused(p, ev):
             value += 3.0  # why the connections are refused, which those that are only restate
         if stated_reason(p):
@@ -537,7 +547,7 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         and not (p.first == symptom.first and p.last == symptom.last and p.services == symptom.services)
         # what says nothing broke or ran out ("cache refresh took 3s"), and follows no change that
         # touches it, explains no failure
-        and (names_a_failure(p) or _listens_where_refused(p, ev) or _change_support(p, ev)[0] >= TIED_TO_CHANGE)
+        and (names_a_failure(p) or _listens_where_refused(p, ev) or support(p) >= TIED_TO_CHANGE)
         and not (began is not None and p.first is not None and not p.table and p.first > began + INCIDENT_TAIL)
         # a state observed on another day is another incident's
         and not (began is not None and p.first is not None and p.table and abs(p.first - began) > STATE_SPAN)
@@ -556,15 +566,17 @@ def _listens_where_refused(p: Pattern, ev: Evidence) -> bool:
     """An ordinary line that says a workload listens on its loopback address only, when
     connections to that workload are refused: then it is why (a probe or a service connects to
     the pod's own address)."""
-    if not LOOPBACK_LISTEN.search(p.example):
-        return False
-    refused = {s for q in ev.patterns if q.rank >= 2 and REFUSED.search(q.example) for s in q.services}
-    return bool(set(p.services) & refused)
+    return bool(LOOPBACK_LISTEN.search(p.example)) and bool(set(p.services) & ev.refused)
 
 
 def _beyond_restatement(p: Pattern) -> str:
     """The pattern's text without what only restates a failure."""
-    return RESTATEMENT.sub(" ", f"{p.template} {p.example}")
+    return _without_restatement(f"{p.template} {p.example}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _without_restatement(text: str) -> str:
+    return RESTATEMENT.sub(" ", text)
 
 
 def restates(p: Pattern) -> bool:
@@ -577,8 +589,12 @@ def restates(p: Pattern) -> bool:
 def stated_reason(p: Pattern) -> str:
     """The reason the pattern states in an orchestrator's or the system's words ("oomkilled",
     "too many clients"), lower-cased, or ``""``."""
-    beyond = _beyond_restatement(p)
-    match = ORCHESTRATOR_DIAGNOSIS.search(beyond) or STATED_REASON.search(beyond)
+    return _reason_in(_beyond_restatement(p))
+
+
+@functools.lru_cache(maxsize=4096)
+def _reason_in(text: str) -> str:
+    match = ORCHESTRATOR_DIAGNOSIS.search(text) or STATED_REASON.search(text)
     return " ".join(match.group(0).lower().split()) if match else ""
 
 
