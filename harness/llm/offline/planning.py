@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.llm.offline.conversation import Conversation, sql_tables
 from harness.llm.offline.evidence import literal
-from harness.llm.offline.lexicon import CHANGE_TERMS, REFUSED, STATE_TERMS, TIME_COLUMN, terms
+from harness.llm.offline.lexicon import CHANGE_TERMS, STATE_TERMS, TIME_COLUMN, terms
 from harness.llm.offline.reasoning import (
     CHANGE_GRACE,
     CHANGE_LOOKBACK,
@@ -127,7 +127,7 @@ def _listening_calls(conv: Conversation, ev: Evidence) -> list[tuple[str, dict[s
     ordinary start-up line, which a search for warnings never returns.)"""
     if QUERY_LOGS not in conv.tools:
         return []
-    refused = {s for p in ev.patterns if REFUSED.search(p.example) for s in p.services if s in ev.subject}
+    refused = ev.refused & ev.subject
     return [
         (QUERY_LOGS, {"query": "listening", "service": name, "level": "INFO", "limit": 20})
         for name in sorted(refused)[:MAX_NAMED_SERVICES]

@@ -595,7 +595,12 @@ def stated_reason(p: Pattern) -> str:
 @functools.lru_cache(maxsize=4096)
 def _reason_in(text: str) -> str:
     match = ORCHESTRATOR_DIAGNOSIS.search(text) or STATED_REASON.search(text)
-    return " ".join(match.group(0).lower().split()) if match else ""
+    return _phrase(match) if match else ""
+
+
+def _phrase(match: re.Match[str]) -> str:
+    """A matched reason as it is compared: lower-cased, its spaces collapsed."""
+    return " ".join(match.group(0).lower().split())
 
 
 #: a container's state named for a static reason, without the reason's detail
@@ -606,7 +611,7 @@ def _static_reasons(p: Pattern) -> set[str]:
     """The details of the configuration or build reasons the pattern states (``STATIC_REASON``:
     "couldn't find key", "manifest unknown"; not the state they put a container in,
     "ImagePullBackOff"), lower-cased."""
-    found = (" ".join(m.group(0).lower().split()) for m in STATIC_REASON.finditer(_beyond_restatement(p)))
+    found = (_phrase(m) for m in STATIC_REASON.finditer(_beyond_restatement(p)))
     return {reason for reason in found if not _STATE_ONLY.fullmatch(reason)}
 
 
