@@ -155,15 +155,18 @@ class TemplateTally(Generic[Timestamp]):
     #: the rank of the highest level seen
     rank: int = 0
     services: set[str] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
     first: Timestamp | None = None
     last: Timestamp | None = None
     #: the earliest line's message (of lines with the same time, the last one read)
     example: str = ""
 
-    def add(self, ts: Timestamp, service: str, rank: int, message: str) -> None:
+    def add(self, ts: Timestamp, service: str, rank: int, message: str, host: str = "") -> None:
         self.count += 1
         self.rank = max(self.rank, rank)
         self.services.add(service)
+        if host:
+            self.hosts.add(host)
         if self.first is None or ts <= self.first:
             self.first, self.example = ts, message
         if self.last is None or ts > self.last:
@@ -179,6 +182,7 @@ class TemplateTally(Generic[Timestamp]):
             first_ts="" if self.first is None else iso(self.first),
             last_ts="" if self.last is None else iso(self.last),
             example=self.example,
+            hosts=tuple(sorted(self.hosts)),
         )
 
 
@@ -191,7 +195,7 @@ def group_templates(lines: Iterable[LogLine]) -> list[LogTemplate]:
         tally = tallies.get(template)
         if tally is None:
             tally = tallies[template] = TemplateTally(template=template)
-        tally.add(line.ts, line.service, level_rank(line.level), line.message)
+        tally.add(line.ts, line.service, level_rank(line.level), line.message, line.host)
     return sorted((tally.summary(str) for tally in tallies.values()), key=lambda t: (-t.count, t.first_ts))
 
 

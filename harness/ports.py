@@ -80,6 +80,8 @@ class LogLine:
     service: str
     level: str
     message: str
+    #: the machine that wrote it, when the source says (a node's journal, an event's kubelet)
+    host: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,8 @@ class LogTemplate:
     first_ts: str
     last_ts: str
     example: str
+    #: the machines its lines came from, where the source says
+    hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

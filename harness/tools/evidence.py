@@ -133,6 +133,7 @@ def query_logs_tool(logs: LogSource, *, timeout_s: float | None = None) -> ToolS
                     "first_ts": t.first_ts,
                     "last_ts": t.last_ts,
                     "example": t.example,
+                    **({"hosts": list(t.hosts)} if t.hosts else {}),
                 }
                 for t in result.templates
             ],

@@ -97,20 +97,25 @@ _ERROR_CONTENT = re.compile(
     r"no\s+such\s+(?:file|host|container|device)|not\s+(?:found|permitted)|cannot|can't|unable\s+to|"
     r"could\s+not|couldn't|failed|failure|timed\s+out|timeout(?!\s*[=:]?\s*\d))\b|"
     r"\bexit(?:ed)?\s+(?:with\s+)?(?:code|status)?\s*[1-9]\d*\b|"
+    # something ran out: a full table or queue, what is dropped or turned away for it
+    r"\b(?:is|are|table|queue|buffer|disk|volume|partition|pool)\s+full\b|\bexhausted\b|\boverflow(?:ed|ing)?\b|"
+    r"\bdropp(?:ing|ed)\s+(?:\w+\s+)?(?:packets?|messages?|connections?|requests?|events?|frames?|spans?)\b|"
+    r"\b(?:rejected|evicted|throttled|unavailable|corrupt(?:ed)?)\b|"
     # an access log's server error: "GET /api HTTP/1.1" 502
     r"\bHTTP/[\d.]+\"\s+5\d\d\b|"
     # the word error, but not "no errors", "0 errors", "error_count=0", "errors: 0"
     r"(?<!\bno\s)(?<!\b0\s)(?<!without\s)\berrors?\b(?!\s*[=:]\s*0\b)(?![_-])",
     re.IGNORECASE,
 )
-_WARN_CONTENT = re.compile(r"\b(warning|deprecated|retrying)\b", re.IGNORECASE)
+_WARN_CONTENT = re.compile(r"\b(warning|deprecated|retrying|alarm)\b", re.IGNORECASE)
 
 
 def infer_level(text: str) -> str | None:
     """The level a message shows by its content, for a line that states none: FATAL for a panic,
     a fatal error or a process killed for memory; ERROR for a traceback, an exception or errno
     name, something refused, denied, undefined, expired, out of space, killed, timed out or failed,
-    a non-zero exit code; WARN for a warning, a deprecation or a retry; else ``None``."""
+    a non-zero exit code, something full, exhausted or dropped for it; WARN for a warning, a
+    deprecation, a retry or an alarm; else ``None``."""
     if _FATAL_CONTENT.search(text):
         return "FATAL"
     if _ERROR_CONTENT.search(text):
@@ -344,6 +349,8 @@ def _kubernetes_event(fields: dict[str, Any]) -> dict[str, Any] | None:
         "reason": reason,
         "count": count,
         "component": fields.get("reportingComponent") or source.get("component"),
+        # the node whose kubelet saw it
+        "host": source.get("host"),
     }
     if isinstance(count, int) and count > 1 and isinstance(first, str) and first and first != ts:
         out[FIRST_OCCURRENCE] = first
@@ -488,7 +495,10 @@ _RFC5424 = re.compile(
     r" (?P<sd>-|(?:\[(?:[^\]\\]|\\.)*\])+) ?(?P<rest>.*)$",
     re.S,
 )
-_ISO_SYSLOG_TAIL = re.compile(r"^(?P<host>[\w.\-]+) (?P<tag>[\w.\-/]+)\[(?P<pid>\d+)\]: ?(?P<rest>.*)$", re.S)
+# journald's short-iso: "host tag[pid]: …", and the kernel, which has no process id
+_ISO_SYSLOG_TAIL = re.compile(
+    r"^(?P<host>[\w.\-]+) (?:(?P<tag>[\w.\-/]+)\[(?P<pid>\d+)\]|(?P<kernel>kernel)): ?(?P<rest>.*)$", re.S
+)
 _LEVEL_PART = r"(?P<tok>(?:[\[<(] ?)?(?P<lvl>[A-Za-z]{3,13})(?: (?=[\]>)]))?[\]>)]?:?)"
 _LEVEL_FIRST = re.compile(rf"^{_LEVEL_PART}(?:\s+(?P<after>.*))?$", re.S)
 _SYSLOG_SEQUENCE = re.compile(r"^\[\d+-\d+\]\s+")
@@ -725,7 +735,8 @@ def _from_rfc5424(line: str, default_service: str, _now: datetime) -> ParsedLine
 def _syslog_entry(ts: datetime, m: re.Match[str], pri: str | None, default_service: str) -> ParsedLine:
     attributes = {k: m[k] for k in ("host", "pid") if m[k] and m[k] != "-"}
     rest = m["rest"].lstrip("\ufeff")
-    tag = m["tag"] if m["tag"] != "-" else default_service
+    tag = m["tag"] or m.groupdict().get("kernel") or default_service
+    tag = tag if tag != "-" else default_service
     if (klog := _KLOG.match(rest)) is not None:  # a Kubernetes component under journald
         return _klog_entry(ts, klog, tag, attributes)
     level = None

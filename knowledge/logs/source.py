@@ -89,11 +89,11 @@ class DatabaseLogSource:
         total = sum(by_level.values())
         if total == 0:
             return LogResult(lines=(), total=0)
-        newest = qs.order_by("-ts", "-id").values_list("ts", "service", "level", "message")
+        newest = qs.order_by("-ts", "-id").values_list("ts", "service", "level", "message", "attributes__host")
         limit = max(query.limit, 0)
         lines: list[LogLine] = []
         if limit > self.mine_limit:
-            lines = [_line(*row) for row in newest[:limit]]
+            lines = [_line(*row[:4]) for row in newest[:limit]]
         clusters, mined = self._mine(newest[: self.mine_limit].iterator(chunk_size=2_000), lines, limit)
         ranked = sorted(clusters, key=lambda c: (-c.count, c.first or _MIN_TS))
         if total > mined:
@@ -103,7 +103,7 @@ class DatabaseLogSource:
         return LogResult(tuple(lines[:limit]), total, by_level, by_service, templates)
 
     def _mine(
-        self, rows: Iterator[tuple[datetime, str, int, str]], lines: list[LogLine], limit: int
+        self, rows: Iterator[tuple[datetime, str, int, str, Any]], lines: list[LogLine], limit: int
     ) -> tuple[list[_Cluster], int]:
         """Cluster the rows with drain3; the first ``limit`` rows also become ``lines``."""
         config = TemplateMinerConfig()
@@ -117,7 +117,7 @@ class DatabaseLogSource:
         clusters: dict[int, _Cluster] = {}
         mined = 0
         collect = not lines
-        for ts, service, level, message in rows:
+        for ts, service, level, message, host in rows:
             if collect and len(lines) < limit:
                 lines.append(_line(ts, service, level, message))
             mined += 1
@@ -128,7 +128,9 @@ class DatabaseLogSource:
             cluster_id = cluster_of.get(text)
             if cluster_id is None:
                 cluster_id = cluster_of[text] = miner.add_log_message(text)["cluster_id"]
-            clusters.setdefault(cluster_id, _Cluster()).add(ts, service, level, message)
+            clusters.setdefault(cluster_id, _Cluster()).add(
+                ts, service, level, message, host if isinstance(host, str) else ""
+            )
         for cluster_id, found in clusters.items():
             found.template = miner.drain.id_to_cluster[cluster_id].get_template()
         return list(clusters.values()), mined
@@ -151,7 +153,8 @@ class DatabaseLogSource:
             .values("template_index", "service")
             .annotate(n=Count("id"), first=Min("ts"), last=Max("ts"), top=Max("level")),
         )
-        measured = {i: _Cluster(template=c.template, example=c.example) for i, c in enumerate(ranked)}
+        # (the hosts stay those of the mined lines: where a template was seen, not all it matches)
+        measured = {i: _Cluster(template=c.template, example=c.example, hosts=c.hosts) for i, c in enumerate(ranked)}
         for row in grouped:
             m = measured.get(row["template_index"])
             if m is not None:

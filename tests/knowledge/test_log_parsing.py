@@ -237,6 +237,7 @@ def test_a_kubernetes_event_reads_as_its_workloads_line() -> None:
     assert line.attributes["object"] == "checkout-api-7d9f8b6c5d-xk2p9"
     assert (line.attributes["namespace"], line.attributes["count"]) == ("shop", 896)
     assert line.attributes["component"] == "kubelet"
+    assert line.attributes["host"] == "node-2"  # the node whose kubelet saw it
 
     # events.k8s.io/v1: "regarding" and "note", and a Normal event is INFO
     newer = {
@@ -425,6 +426,17 @@ def test_a_klog_line_under_journald_keeps_its_level() -> None:
     assert line.attributes["caller"] == "eviction_manager.go:349"
 
 
+def test_the_kernel_under_journald_is_its_own_service_on_its_host() -> None:
+    # journald's short-iso: the kernel has no process id, and states no level
+    line = parsed("2026-11-30T10:02:00+0000 node-1 kernel: nf_conntrack: table full, dropping packet")
+    assert (line.ts, line.service, line.level) == (T, "kernel", "ERROR")
+    assert (line.message, line.attributes["host"]) == ("nf_conntrack: table full, dropping packet", "node-1")
+    assert line.attributes[LEVEL_INFERRED] is True
+    # another program without a process id is not taken for a host and a tag
+    other = parsed("2026-11-30T10:02:00+0000 INFO main: started", default_service="svc")
+    assert other.service == "svc" and "host" not in other.attributes
+
+
 def test_gunicorns_own_line_reads_its_level_not_its_pid() -> None:
     line = parsed("[2026-11-30 10:02:00 +0000] [1] [INFO] Booting worker with pid: 8", default_service="svc")
     assert (line.ts, line.service, line.level, line.message) == (T, "svc", "INFO", "Booting worker with pid: 8")
@@ -551,6 +563,10 @@ UNLEVELLED_FAILURES = [
     ("exec /start.sh: no such file or directory", "ERROR"),
     ('pods is forbidden: User "system:serviceaccount:ops:reconciler" cannot list resource "pods"', "ERROR"),
     ('10.0.0.1 - - [30/Nov/2026:10:02:00 +0000] "GET /api/v1/home HTTP/1.1" 502 157 "-" "curl/8.5"', "ERROR"),
+    ("nf_conntrack: table full, dropping packet", "ERROR"),
+    ("send queue is full, dropping 12 messages", "ERROR"),
+    ("connection pool exhausted", "ERROR"),
+    ("memory resource limit alarm set on node rabbit@rabbitmq-0", "WARN"),
 ]
 UNLEVELLED_ORDINARY = [
     "Listening on 0.0.0.0:8080",

@@ -635,3 +635,21 @@ def test_the_offline_analyst_finds_the_pool_in_the_ingested_incident(tmp_path: P
     assert in_memory.content is not None
     assert payload["root_cause"] == in_memory.content.payload["root_cause"]
     assert payload["findings"] == in_memory.content.payload["findings"]
+
+
+def test_a_templates_hosts_are_those_its_lines_came_from(tmp_path: Path) -> None:
+    journal = tmp_path / "node.journal.log"
+    journal.write_text(
+        "2026-11-30T10:00:00+0000 node-a kernel: nf_conntrack: table full, dropping packet\n"
+        "2026-11-30T10:00:01+0000 node-b kernel: nf_conntrack: table full, dropping packet\n"
+        "2026-11-30T10:00:02+0000 node-a kubelet[811]: E1130 10:00:02.000000     811 pod_workers.go:1298] sync failed\n",
+        encoding="utf-8",
+    )
+    ingest([journal], progress=False)
+
+    by_text = {t.template: t for t in DatabaseLogSource().query(LogQuery("", level="WARN")).templates}
+    assert by_text["nf_conntrack: table full, dropping packet"].hosts == ("node-a", "node-b")
+    assert by_text["sync failed"].hosts == ("node-a",)
+    # measured over every match, when more match than are mined, a template keeps its hosts
+    refined = DatabaseLogSource(mine_limit=1).query(LogQuery("table full"))
+    assert refined.templates[0].count == 2 and refined.templates[0].hosts
