@@ -58,13 +58,32 @@ def literal(template: str) -> str:
 NAMED_WHOLE_CHARS = MAX_QUOTE_CHARS
 
 
-def named(template: str, example: str) -> str:
+def named(template: str, example: str, reason: re.Pattern[str] | None = None) -> str:
     """What a report calls a line: its message when short (the reason is often in a part a
-    template masks, "0/3 nodes are available: 3 Insufficient cpu"), else :func:`literal`."""
+    template masks, "0/3 nodes are available: 3 Insufficient cpu"); else the clause that states
+    the ``reason``, when the message has one; else :func:`literal`."""
     text = untruncated(example).strip()
     if 0 < len(text) <= NAMED_WHOLE_CHARS:
         return text
+    found = reason.search(text) if reason is not None else None
+    if found is not None:
+        return _clause_around(text, found.start())
     return literal(template) or excerpt(example)
+
+
+#: where a clause of a log message begins: after a sentence, a bracketed prefix, a label
+_CLAUSE_BREAK = re.compile(r"[.;!?]\s+|\]\s+|:\s+")
+
+
+def _clause_around(text: str, start: int) -> str:
+    """The message from the start of the clause holding ``start`` (at most a third of a quote
+    before it), as long as a quote may be, ending at a word."""
+    floor = max(0, start - MAX_QUOTE_CHARS // 3)
+    begin = max((m.end() for m in _CLAUSE_BREAK.finditer(text, floor, start)), default=floor)
+    clause = text[begin : begin + MAX_QUOTE_CHARS]
+    if begin + MAX_QUOTE_CHARS < len(text) and " " in clause:
+        clause = clause.rsplit(" ", 1)[0]
+    return clause.strip()
 
 
 def excerpt(text: str) -> str:
@@ -91,6 +110,8 @@ class Pattern:
     table: str = ""
     #: seen only over all time, never in the incident's window that was read whole
     outside_window: bool = False
+    #: the machines its lines came from (a node's journal, the kubelet that reported an event)
+    hosts: tuple[str, ...] = ()
 
     @property
     def rank(self) -> int:
@@ -151,6 +172,7 @@ def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
                 ignored += 1
                 continue
             services = item.get("services") or []
+            hosts = item.get("hosts") or []
             found = Pattern(
                 template=untruncated(template),
                 count=int(item.get("count") or 0),
@@ -161,6 +183,7 @@ def log_patterns(conv: Conversation) -> tuple[list[Pattern], int]:
                 example=example,
                 call_id=obs.call_id,
                 windowed=bool(obs.args.get("start") or obs.args.get("end")),
+                hosts=tuple(str(h) for h in hosts) if isinstance(hosts, list) else (),
             )
             if found.windowed and found.first is not None and _opens_window(found.first, obs.args.get("start")):
                 # Already there when the window opened: when it began is unknown, not "just now".

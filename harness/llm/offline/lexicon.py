@@ -189,11 +189,36 @@ STATED_REASON = re.compile(
     r"\bpermission\s+denied\b|\boperation\s+not\s+permitted\b|\bno\s+such\s+file\s+or\s+directory\b|"
     r"\btoo\s+many\s+(?:clients|connections)\b|\bremaining\s+connection\s+slots\s+are\s+reserved\b|"
     r"\bcertificate\s+(?:has\s+)?expired\b|\bdisk\s+quota\s+exceeded\b|"
+    # what a TLS library says when it does not trust the other end
+    r"\bcertificate\s+signed\s+by\s+unknown\s+authority\b|\bcertificate\s+verify\s+failed\b|"
+    r"\bself[- ]signed\s+certificate\b|\bcertificate\s+is\s+not\s+valid\s+for\b|\bunknown\s+ca\b|"
+    # a setting or a field the program needs and was not given
+    r"\bmissing\s+(?:required\s+)?(?:request|limit|field|key|value|setting|config(?:uration)?|parameter|"
+    r"argument|header|secret|permission|scope|role|column|table|index|file)s?\b|"
     # a setting the program needs and was not given
     r"\b(?:environment\s+variable|variable|setting|option|parameter|password|key)\s+\S+\s+is\s+"
     r"(?:not\s+(?:set|specified|defined)|undefined)\b|\bmust\s+(?:specify|set|provide)\b|"
     # a service with no pod behind it
-    r"\bdoes\s+not\s+have\s+any\s+active\s+endpoints?\b|\bno\s+endpoints\s+available\b|" + LOOPBACK_LISTEN.pattern,
+    r"\bdoes\s+not\s+have\s+any\s+active\s+endpoints?\b|\bno\s+endpoints\s+available\b|"
+    # a store or a table that is full, a limit or an alarm that was reached: what it then refuses
+    r"\b(?:table|queue|buffer|disk|volume|partition|database|backlog)\s+(?:is\s+)?full\b|"
+    r"\bdropp(?:ing|ed)\s+(?:packets?|messages?|connections?)\b|"
+    r"\b(?:memory|disk)\s+(?:resource\s+)?(?:limit\s+)?alarm\b|\bwatermark\b[^.;]{0,80}?\bexceeded\b|"
+    r"\b(?:database\s+|storage\s+)?space\s+exceeded\b|\bquota\s+(?:exceeded|reached)\b|"
+    r"\b(?:memory|connections?|files?|process(?:es)?|size|storage)\s+limit\s+(?:exceeded|reached)\b|"
+    r"\bexceeded\s+(?:its\s+|the\s+)?quota\b|\bmaxmemory\b|" + LOOPBACK_LISTEN.pattern,
+    re.IGNORECASE,
+)
+#: a reason in the orchestrator's words or the system's, whichever the text states
+ANY_REASON = re.compile(f"{ORCHESTRATOR_DIAGNOSIS.pattern}|{STATED_REASON.pattern}", re.IGNORECASE)
+#: a failure that is only a wait that ran out ("context deadline exceeded", "timed out"): the way
+#: any slowness or loss shows, which says nothing of its reason
+TIMED_OUT = re.compile(r"\btimed?\s*out\b|\btimeout\b|\bdeadline\s+exceeded\b|\bawaiting\s+headers\b", re.IGNORECASE)
+#: How a team's document says that something it lists is not a problem ("Known noise: …",
+#: "harmless", "can be ignored"): what it names is no cause.
+NOISE_CUE = re.compile(
+    r"\bknown\s+noise\b|\bnoise\s*:|\bharmless\b|\bbenign\b|\bcan\s+(?:safely\s+)?be\s+ignored\b|"
+    r"\bsafe\s+to\s+ignore\b|\bexpected\s+(?:noise|warnings?|errors?)\b|已知噪声|可以忽略|可忽略|无害",
     re.IGNORECASE,
 )
 #: a connection the other end refused: nothing listens on that address and port

@@ -38,6 +38,7 @@ from harness.llm.offline.lexicon import (
     CAUSE_TERMS,
     CREATION_TERMS,
     LOOPBACK_LISTEN,
+    NOISE_CUE,
     ORCHESTRATOR_DIAGNOSIS,
     REFUSED,
     RESTATEMENT,
@@ -45,6 +46,7 @@ from harness.llm.offline.lexicon import (
     STATED_REASON,
     STATIC_REASON,
     SYMPTOM_TERMS,
+    TIMED_OUT,
     is_recommendation,
     related_settings,
     salient,
@@ -76,6 +78,9 @@ CREATION_LEAD = timedelta(minutes=30)
 #: A candidate that names no failure is one only when a change explains it this well (see
 #: :func:`_change_support`): what began right after a change that touches it.
 TIED_TO_CHANGE = 3.0
+#: A change that explains the symptom this well (just before it, touching the setting such an
+#: error is about) is its cause, unless a candidate states a reason or is tied to a change as well.
+CHANGE_EXPLAINS = 6.0
 #: Shared words this rare (summed rarity) link a component to the symptom: a host, a dependency.
 SHARED_RARITY = 1.0
 
@@ -215,6 +220,12 @@ class Evidence:
     linked: frozenset[str] = frozenset()
     #: services whose warnings say a connection to them was refused
     refused: frozenset[str] = frozenset()
+    #: the machines the subject's warnings came from (its pods' nodes): what goes wrong on one of
+    #: them (the kernel dropping packets, a clock stepped back) bears on the subject
+    hosts: frozenset[str] = frozenset()
+    #: what the team's documents about these components call noise ("Known noise: …"), see
+    #: :func:`noise_notes`
+    noise: tuple[str, ...] = ()
 
     def about_subject(self, p: Pattern) -> bool:
         """Whether the pattern is the subject's own, or names it."""
@@ -227,7 +238,7 @@ class Evidence:
         """Whether the pattern can bear on the subject: it is the subject's or a dependency's its
         warnings name, it names the subject, or it shares rare words with the symptom (a host,
         a shared dependency)."""
-        if self.subject and (set(p.services) & self.linked or self.about_subject(p)):
+        if self.subject and (set(p.services) & self.linked or self.about_subject(p) or set(p.hosts) & self.hosts):
             return True
         # With no workload named, the symptom's own services stand for it.
         own = frozenset(self.symptom.services) if self.symptom else frozenset()
@@ -362,6 +373,8 @@ def gather(conv: Conversation) -> Evidence:
     )
     ev.followed = {id(row): _followed_by(row, ev) for row in rows if row.is_change}
     ev.refused = frozenset(s for p in patterns if p.rank >= 2 and REFUSED.search(p.example) for s in p.services)
+    ev.hosts = frozenset(h for p in patterns if p.rank >= 2 and subject and ev.about_subject(p) for h in p.hosts)
+    ev.noise = noise_notes(conv, ev.linked or frozenset(symptom.services if symptom else ()))
     return ev
 
 
@@ -484,6 +497,52 @@ def _reports_elsewhere(p: Pattern, blamed: set[str]) -> bool:
     return bool(_UPSTREAM.search(text)) or any(s.lower() in text for s in blamed if s not in p.services)
 
 
+def noise_notes(conv: Conversation, about: AbstractSet[str]) -> tuple[str, ...]:
+    """The sentences of the retrieved documents that say what is noise ("Known noise: …", a
+    "Known noise" section, "harmless"), from documents about ``about`` (another system's noise
+    says nothing of this one)."""
+    chunks = [c for o in conv.results(LOOKUP_KNOWLEDGE) for c in o.view.get("chunks") or [] if isinstance(c, dict)]
+    # a document is about them when any of its retrieved parts names one
+    documents = {
+        str(c.get("document_id"))
+        for c in chunks
+        if not about
+        or any(_mentions(f"{c.get('title', '')} {c.get('section', '')} {c.get('text', '')}".lower(), s) for s in about)
+    }
+    notes: dict[str, None] = {}
+    for chunk in chunks:
+        if str(chunk.get("document_id")) in documents:
+            text = str(chunk.get("text", ""))
+            whole = bool(NOISE_CUE.search(str(chunk.get("section", ""))))
+            for sentence in sentences(text):
+                if (whole or NOISE_CUE.search(sentence)) and not looks_like_instruction(sentence):
+                    notes[sentence] = None
+    return tuple(notes)
+
+
+_QUOTED = re.compile(r"`([^`]{6,})`|\"([^\"]{6,})\"|“([^”]{6,})”|「([^」]{4,})」")
+_ITEM_BREAK = re.compile(r"[;；，、(（)）]|,\s|\s(?:and|or)\s")
+
+
+def documented_noise(p: Pattern, notes: Sequence[str]) -> bool:
+    """Whether a note calls the pattern noise: it quotes the pattern's words, or one item of its
+    list shares most of its words with the pattern."""
+    if not notes:
+        return False
+    text = f"{p.template} {p.example}".lower()
+    words = p.words | salient(p.example)
+    for note in notes:
+        quoted = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(note)]
+        if any(q.lower() in text for q in quoted):
+            return True
+        rest = NOISE_CUE.sub(" ", _QUOTED.sub(" ", note))
+        for item in _ITEM_BREAK.split(rest):
+            said = salient(item)
+            if len(said) >= 2 and len(said & words) >= max(2, math.ceil(0.6 * len(said))):
+                return True
+    return False
+
+
 def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
     """Cause candidates for the symptom, best first, with their scores."""
     symptom = ev.symptom
@@ -516,12 +575,14 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         value += min(support(p), 4.0) * 0.75
         if _listens_where_refused(p, ev):
             value += 3.0  # why the connections are refused, which those that are only restate
-        if stated_reason(p):
+        if stated_reason(p) and not probe_timed_out(p):
             # the orchestrator or the system says why: OOMKilled, an image it cannot pull, a
-            # failed probe, "exec format error", "too many clients"
+            # failed probe, "exec format error", "too many clients", a table that is full
             value += 1.5
             if set(p.services) & ev.subject:
                 value += 1.5  # and of the very workload asked about: what its clients say follows from it
+        if only_waits(p):
+            value -= 2.5  # a wait that ran out is how any slowness or loss shows: the symptom again
         if not ev.is_linked(p):
             # another component, with nothing tying it to the one the symptom is of (a weaker
             # presumption than a workload the question names, whose strangers are no cause at all)
@@ -540,6 +601,8 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         and p.template != symptom.template
         and not restates(p)
         and not p.outside_window
+        # the team's own documents say it is noise
+        and not documented_noise(p, ev.noise)
         # the question names the workload: another component with nothing tying it to it is no
         # cause, however loud (a log shipper's warnings, the clients' own account of the failure)
         and not (ev.subject and not ev.is_linked(p))
@@ -553,6 +616,21 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         and not (began is not None and p.first is not None and p.table and abs(p.first - began) > STATE_SPAN)
     ]
     ranked.sort(key=lambda sp: -sp[0])
+    return _reason_before_waits(ranked)
+
+
+def _reason_before_waits(ranked: list[tuple[float, Pattern]]) -> list[tuple[float, Pattern]]:
+    """When the leading candidates only say that waits ran out, a candidate that states a reason
+    (a table full, a quota reached) and began no later is why they did: it goes first."""
+    waits: list[tuple[float, Pattern]] = []
+    for value, p in ranked:
+        if not only_waits(p):
+            if waits and value >= MIN_CAUSE_SCORE and stated_reason(p):
+                began = min((w.first for _, w in waits if w.first is not None), default=None)
+                if began is None or p.first is None or p.first <= began:
+                    return [(value, p), *(vp for vp in ranked if vp[1] is not p)]
+            break
+        waits.append((value, p))
     return ranked
 
 
@@ -567,6 +645,25 @@ def _listens_where_refused(p: Pattern, ev: Evidence) -> bool:
     connections to that workload are refused: then it is why (a probe or a service connects to
     the pod's own address)."""
     return bool(LOOPBACK_LISTEN.search(p.example)) and bool(set(p.services) & ev.refused)
+
+
+def only_waits(p: Pattern) -> bool:
+    """Whether all the pattern says went wrong is that a wait ran out (a timeout, a probe's
+    deadline), with no reason of its own."""
+    if probe_timed_out(p):
+        return True
+    return not stated_reason(p) and bool(TIMED_OUT.search(p.template)) and not terms(p.template) & CAUSE_TERMS
+
+
+_PROBE = re.compile(r"\b(?:readiness|liveness|startup)\s+probe\b", re.IGNORECASE)
+
+
+def probe_timed_out(p: Pattern) -> bool:
+    """Whether the reason the pattern states is a probe that waited in vain ("Readiness probe
+    failed: … context deadline exceeded"): the workload answers slowly or its packets are lost,
+    which is the symptom again, not why."""
+    reason = stated_reason(p)
+    return bool(_PROBE.search(reason)) and bool(TIMED_OUT.search(p.example))
 
 
 def _beyond_restatement(p: Pattern) -> str:
@@ -679,12 +776,19 @@ def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
             # the same reason told earlier, by where it comes from (the database's own "too many
             # clients" before its clients quote it), says more than a pool's complaint beside it
             told = stated_reason(symptom)
+            if told and not ORCHESTRATOR_DIAGNOSIS.search(told):
+                # The system's own words for why ("certificate signed by unknown authority"): only
+                # what speaks of the same thing goes deeper (not a probe refused at a restart).
+                topic = salient(told)
+                ranked = [(v, p) for v, p in ranked if salient(stated_reason(p) or p.template) & topic]
             ranked.sort(key=lambda vp: -(vp[0] + (2.0 if told and stated_reason(vp[1]) == told else 0.0)))
             if ev.subject and set(symptom.services) & ev.subject and ORCHESTRATOR_DIAGNOSIS.search(symptom.template):
                 # The orchestrator says why the workload asked about is down ("Insufficient cpu"):
                 # only what that workload depends on can say more, not a stranger sharing a word.
-                ranked = [(v, p) for v, p in ranked if set(p.services) & ev.linked]
-        if ranked and ranked[0][0] >= MIN_CAUSE_SCORE:
+                ranked = [(v, p) for v, p in ranked if set(p.services) & ev.linked or set(p.hosts) & ev.hosts]
+        if _changed_into(symptom, ranked, ev):
+            result.cause = symptom  # the error began with a change to what it is about
+        elif ranked and ranked[0][0] >= MIN_CAUSE_SCORE:
             result.cause = ranked[0][1]
         elif names_its_cause:
             result.cause = symptom  # a self-explaining error: "certificate has expired", "OOMKilled"
@@ -700,6 +804,19 @@ def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
         conv, focus | (result.change.words if result.change else set()), result.passage, cause.words
     )
     return _limitations(conv, result, ev)
+
+
+def _changed_into(symptom: Pattern, ranked: list[tuple[float, Pattern]], ev: Evidence) -> bool:
+    """Whether a recorded change explains the symptom better than any candidate does: it came
+    just before it and touches what it is about (``CHANGE_EXPLAINS``), while the leading
+    candidate states no reason and no change explains it as well."""
+    tied, row = _change_support(symptom, ev)
+    if row is None or tied < CHANGE_EXPLAINS:
+        return False
+    if not ranked or ranked[0][0] < MIN_CAUSE_SCORE:
+        return True
+    leading = ranked[0][1]
+    return not stated_reason(leading) and _change_support(leading, ev)[0] < tied
 
 
 def _recommendations(

@@ -1,0 +1,170 @@
+"""Why a failure happened, as an on-call engineer reads it: the node a pod runs on is part of
+its story, what the team's documents call noise is no cause, a wait that ran out is the
+symptom again while a full table or an exceeded watermark says why, a change to the very
+setting an error is about explains it, and the system's own words for a reason are only
+deepened by what speaks of the same thing. Each on a small incident of its own."""
+
+from __future__ import annotations
+
+from harness.inmemory import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
+from harness.llm.offline.evidence import MAX_QUOTE_CHARS, named
+from harness.llm.offline.lexicon import ANY_REASON, STATED_REASON
+from harness.ports import KnowledgeChunk, LogLine, LogQuery
+from tests.harness.test_offline import assert_verified_diagnosis, diagnose
+from tests.harness.test_offline_reasoning import burst, sql_ts, traffic
+from tests.harness.test_offline_workloads import no_tables
+
+POD = "edge-proxy-6c9d7f5b8-q2x7m"
+PROBE = 'Unhealthy: Readiness probe failed: Get "http://10.1.4.17:10254/healthz": context deadline exceeded'
+
+
+def on_host(lines: list[LogLine], host: str) -> list[LogLine]:
+    return [LogLine(line.ts, line.service, line.level, line.message, host) for line in lines]
+
+
+def probe_failures() -> list[LogLine]:
+    """The kubelet of node-a tells, from 10:00, that the pod's probe times out."""
+    return on_host(burst("edge-proxy", "WARN", 120.5, 30, PROBE, 1.0), "node-a")
+
+
+def kernel(host: str) -> list[LogLine]:
+    """The kernel of ``host`` drops packets from 09:59:40 on (it states no level)."""
+    return on_host(burst("kernel", "ERROR", 119.66, 200, "nf_conntrack: table full, dropping packet", 0.1), host)
+
+
+QUESTION = f"Pod {POD} in namespace edge keeps failing its probes since about 10:00 UTC. What is the root cause?"
+
+
+def test_what_goes_wrong_on_the_subjects_node_is_why_its_probes_time_out() -> None:
+    lines = traffic(["edge-proxy"]) + probe_failures() + kernel("node-a")
+    run = diagnose(QUESTION, logs=InMemoryLogs(lines), sql=no_tables())
+
+    assert_verified_diagnosis(run)
+    assert "table full" in run.payload["root_cause"]
+    assert "probe" not in run.payload["root_cause"].lower()
+
+
+def test_another_nodes_kernel_is_no_part_of_the_subjects_story() -> None:
+    # The same kernel lines, on a node the pod does not run on: nothing ties them to it, and a
+    # probe that times out says nothing of why.
+    lines = traffic(["edge-proxy"]) + probe_failures() + kernel("node-b")
+    run = diagnose(QUESTION, logs=InMemoryLogs(lines), sql=no_tables())
+
+    assert "table full" not in str(run.payload.get("root_cause", ""))
+
+
+BILLING = "Since about 10:00 UTC invoices from billing-api fail to render. What is the root cause?"
+
+
+def billing_lines() -> list[LogLine]:
+    lines = traffic(["billing-api"])
+    lines += burst("billing-api", "ERROR", 121.0, 40, "invoice render failed: template service returned 500", 0.5)
+    # loud, a little earlier, and in words of a cause: what the team knows to be harmless
+    lines += burst("billing-api", "WARN", 118.0, 30, "fx rate provider unavailable, keeping stale rates for EUR", 0.3)
+    return lines
+
+
+def test_what_the_teams_document_calls_noise_is_no_cause() -> None:
+    unnoted = diagnose(BILLING, logs=InMemoryLogs(billing_lines()), sql=no_tables())
+    assert "fx rate provider unavailable" in unnoted.payload["root_cause"]  # without the note, it looks like one
+
+    note = KnowledgeChunk(
+        "billing#1", "billing-api", "Operations",
+        "billing-api renders invoices through the template service. Known noise: fx rate provider "
+        "unavailable warnings (its nightly maintenance); retries of the PDF upload.",
+        0.0,
+    )  # fmt: skip
+    noted = diagnose(BILLING, knowledge=InMemoryKnowledge([note]), logs=InMemoryLogs(billing_lines()), sql=no_tables())
+    assert "fx rate" not in str(noted.payload.get("root_cause", ""))
+
+
+def test_a_change_to_the_setting_an_error_is_about_explains_it() -> None:
+    lines = traffic(["ingress-nginx", "auth-api"])
+    lines += burst(
+        "ingress-nginx", "ERROR", 121.0, 12,
+        "upstream prematurely closed connection while reading response header from upstream, request: POST /token",
+        2.0,
+    )  # fmt: skip
+    lines += burst("auth-api", "WARN", 100.0, 4, "session store command slow, retrying", 3.0)
+    sql = SqliteSqlSource(
+        {
+            "config_changes": (
+                ("id", "target", "config_key", "old_value", "new_value", "changed_at"),
+                [
+                    (1, "auth-api", "BCRYPT_COST", "10", "12", sql_ts(60)),
+                    (2, "ingress-nginx", "upstream-keepalive-timeout", "4", "60", sql_ts(118)),
+                ],
+            )
+        }
+    )
+    run = diagnose(
+        "Since about 10:00 UTC some logins through ingress-nginx fail with 502. What is the root cause?",
+        logs=InMemoryLogs(lines),
+        sql=sql,
+    )
+
+    assert_verified_diagnosis(run)
+    assert "upstream-keepalive-timeout" in run.payload["root_cause"]
+    assert "BCRYPT" not in run.payload["root_cause"]
+
+
+def test_the_systems_words_for_a_reason_are_deepened_only_by_what_speaks_of_the_same() -> None:
+    untrusted = (
+        "failed calling webhook: Post https://cert-webhook.certs.svc:443/mutate: "
+        "x509: certificate signed by unknown authority"
+    )
+    lines = traffic(["deploy-job", "cert-webhook"])
+    # the webhook restarted just before: its probe was refused for a moment
+    lines += burst(
+        "cert-webhook",
+        "WARN",
+        112.0,
+        2,
+        'Readiness probe failed: Get "http://10.1.2.3:6080/healthz": connection refused',
+    )
+    lines += burst("deploy-job", "ERROR", 121.0, 20, untrusted, 1.0)
+    run = diagnose(
+        "Since about 10:00 UTC deploy-job fails when it applies certificates. What is the root cause?",
+        logs=InMemoryLogs(lines),
+        sql=no_tables(),
+    )
+
+    assert_verified_diagnosis(run)
+    assert "unknown authority" in run.payload["root_cause"]
+    assert "probe" not in run.payload["root_cause"].lower()
+
+
+def test_a_long_message_is_named_by_the_clause_that_states_its_reason() -> None:
+    message = (
+        "[2028-05-23T03:12:45,864][WARN ][o.e.c.r.a.DiskThresholdMonitor] [es-data-1] flood stage disk "
+        "watermark [95%] exceeded on [Lq-N3tZ8QY6B648xAA8H0g][es-data-1][/usr/share/elasticsearch/data/nodes/0] "
+        "free: 1.9gb[4.2%], all indices on this node will be marked read-only"
+    )
+    template = (
+        "<*> flood stage disk watermark <*> exceeded on <*> free: <*> all indices on this node will be marked read-only"
+    )
+    assert len(message) > MAX_QUOTE_CHARS
+    name = named(template, message, ANY_REASON)
+    assert name.startswith("flood stage disk watermark [95%] exceeded") and name in message
+    assert named(template, message) == "all indices on this node will be marked read-only"
+
+
+def test_full_stores_and_reached_limits_are_stated_reasons_and_a_rate_limiter_is_not() -> None:
+    for reason in [
+        "nf_conntrack: table full, dropping packet",
+        "etcdserver: mvcc: database space exceeded",
+        "memory resource limit alarm set on node rabbit@rabbitmq-0",
+        "OOM command not allowed when used memory > 'maxmemory'",
+        "failed to get CPU utilization: missing request for CPU",
+        "x509: certificate signed by unknown authority",
+    ]:
+        assert STATED_REASON.search(reason), reason
+    for symptom in ["rate limit exceeded", "429 Too Many Requests", "request timed out after 5000 ms"]:
+        assert not STATED_REASON.search(symptom), symptom
+
+
+def test_lines_with_a_host_carry_it_into_their_template() -> None:
+    logs = InMemoryLogs(kernel("node-a") + kernel("node-c"))
+
+    (template,) = logs.query(LogQuery("", level="WARN")).templates
+    assert template.hosts == ("node-a", "node-c")
