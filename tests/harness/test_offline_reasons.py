@@ -12,7 +12,7 @@ from harness.llm.offline.lexicon import ANY_REASON, STATED_REASON
 from harness.ports import KnowledgeChunk, LogLine, LogQuery
 from tests.harness.test_offline import assert_verified_diagnosis, diagnose
 from tests.harness.test_offline_reasoning import burst, sql_ts, traffic
-from tests.harness.test_offline_workloads import no_tables
+from tests.harness.test_offline_workloads import assert_fallback, no_tables
 
 POD = "edge-proxy-6c9d7f5b8-q2x7m"
 PROBE = 'Unhealthy: Readiness probe failed: Get "http://10.1.4.17:10254/healthz": context deadline exceeded'
@@ -168,3 +168,100 @@ def test_lines_with_a_host_carry_it_into_their_template() -> None:
 
     (template,) = logs.query(LogQuery("", level="WARN")).templates
     assert template.hosts == ("node-a", "node-c")
+
+
+def test_a_wait_for_a_lock_does_not_say_who_holds_it() -> None:
+    lines = traffic(["schema-migrator", "orders-api"])
+    lines += burst(
+        "schema-migrator", "ERROR", 121.0, 30, "Error 1205: Lock wait timeout exceeded; try restarting transaction", 1.0
+    )
+    run = diagnose(
+        "The schema migration keeps failing at cut-over since about 10:00 UTC with lock wait timeouts. "
+        "What is holding the lock?",
+        logs=InMemoryLogs(lines),
+        sql=no_tables(),
+    )
+
+    assert_fallback(run)
+
+
+def test_a_consumers_expiring_sessions_are_the_rebalances_again() -> None:
+    lines = traffic(["scorer"])
+    lines += burst("scorer", "ERROR", 121.0, 20, "Heartbeat failed for group SCORING because it is rebalancing", 2.0)
+    lines += burst(
+        "scorer",
+        "ERROR",
+        120.0,
+        20,
+        "Marking the coordinator dead (node 0) for group SCORING: Heartbeat session expired.",
+        2.0,
+    )
+    run = diagnose(
+        "The SCORING consumer group of scorer keeps rebalancing since about 10:00 UTC. What is causing it?",
+        logs=InMemoryLogs(lines),
+        sql=no_tables(),
+    )
+
+    assert_fallback(run)
+
+
+def test_a_failure_the_question_already_names_is_not_its_own_answer() -> None:
+    lines = traffic(["quote-fetcher"])
+    lines += burst(
+        "quote-fetcher", "WARN", 121.0, 6,
+        "request to partner-api.example.com failed, retrying: java.net.UnknownHostException: failed to resolve "
+        "'partner-api.example.com'",
+        20.0,
+    )  # fmt: skip
+    asked = "quote-fetcher logs a few 'failed to resolve' warnings a day since 10:00 UTC; retries work. What is the root cause?"
+    assert_fallback(diagnose(asked, logs=InMemoryLogs(lines), sql=no_tables()))
+    # asked without those words, the failure to resolve is what the evidence shows
+    told = diagnose(
+        "quote-fetcher has warnings since 10:00 UTC. What is wrong?", logs=InMemoryLogs(lines), sql=no_tables()
+    )
+    assert "failed to resolve" in told.payload["root_cause"]
+
+
+def test_a_noise_note_quoting_one_query_does_not_excuse_every_slow_one() -> None:
+    from harness.llm.offline.evidence import Pattern
+    from harness.llm.offline.reasoning import documented_noise
+
+    def pattern(text: str) -> Pattern:
+        return Pattern(text, 3, "WARN", ("orders-db",), None, None, text, "call_1")
+
+    notes = [
+        "The finance export logs a few `Query exceeded 2000 ms` lines for `FinanceExport.streamSettled`; expected.",
+        "Known noise: `MySQLDialect does not need to be specified` and `open-in-view is enabled by default`.",
+        "Known noise: stale fx rate cache warnings; WordPress scanners (404s).",
+    ]
+    assert not documented_noise(pattern("Query exceeded 2000 ms: OrderRepository.findByStatus, full table scan"), notes)
+    assert documented_noise(pattern("Query exceeded 2000 ms: FinanceExport.streamSettled took 2400 ms"), notes)
+    assert documented_noise(pattern("spring.jpa.open-in-view is enabled by default"), notes)
+    assert documented_noise(pattern("fx rate cache stale for EUR, serving stale rates"), notes)
+    assert not documented_noise(pattern("rate limiter rejected request"), notes)
+
+
+def test_what_the_cloud_records_happening_is_read_as_a_change() -> None:
+    lines = traffic(["ledger-api"])
+    lines += burst(
+        "ledger-api", "ERROR", 121.0, 40, "ledger-db: Failed to acquire connection from pool (ledger-db-secret)", 1.0
+    )
+    sql = SqliteSqlSource(
+        {
+            "cloud_events": (
+                ("event_time", "source", "event_name", "resource", "detail"),
+                [
+                    (sql_ts(60), "rds", "RDS-EVENT-0281", "ledger-db", "minor version upgrade completed"),
+                    (sql_ts(118), "secretsmanager", "RotationSucceeded", "ledger-db-secret", "AWSCURRENT moved"),
+                ],
+            )
+        }
+    )
+    run = diagnose(
+        "Since about 10:00 UTC ledger-api cannot get database connections. What is the root cause?",
+        logs=InMemoryLogs(lines),
+        sql=sql,
+    )
+
+    assert_verified_diagnosis(run)
+    assert "RotationSucceeded" in run.payload["root_cause"]

@@ -213,7 +213,11 @@ STATED_REASON = re.compile(
 ANY_REASON = re.compile(f"{ORCHESTRATOR_DIAGNOSIS.pattern}|{STATED_REASON.pattern}", re.IGNORECASE)
 #: a failure that is only a wait that ran out ("context deadline exceeded", "timed out"): the way
 #: any slowness or loss shows, which says nothing of its reason
-TIMED_OUT = re.compile(r"\btimed?\s*out\b|\btimeout\b|\bdeadline\s+exceeded\b|\bawaiting\s+headers\b", re.IGNORECASE)
+TIMED_OUT = re.compile(
+    r"\btimed?\s*out\b|\btimeout\b|\bdeadline\s+exceeded\b|\bawaiting\s+headers\b|"
+    r"\b(?:session|heartbeat|lease)\s+(?:has\s+)?expired\b",
+    re.IGNORECASE,
+)
 #: How a team's document says that something it lists is not a problem ("Known noise: …",
 #: "harmless", "can be ignored"): what it names is no cause.
 NOISE_CUE = re.compile(
@@ -298,6 +302,10 @@ CHANGE_TERMS = frozenset(
         "actions",
         "scale",
         "scaling",
+        # what a cloud or a platform records happening to its resources (CloudTrail, RDS events)
+        "event",
+        "events",
+        "cloudtrail",
     ]
 )
 

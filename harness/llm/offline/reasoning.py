@@ -500,15 +500,15 @@ def _reports_elsewhere(p: Pattern, blamed: set[str]) -> bool:
 def noise_notes(conv: Conversation, about: AbstractSet[str]) -> tuple[str, ...]:
     """The sentences of the retrieved documents that say what is noise ("Known noise: …", a
     "Known noise" section, "harmless"), from documents about ``about`` (another system's noise
-    says nothing of this one)."""
+    says nothing of this one), or when none names them, from every document retrieved for the
+    question."""
     chunks = [c for o in conv.results(LOOKUP_KNOWLEDGE) for c in o.view.get("chunks") or [] if isinstance(c, dict)]
     # a document is about them when any of its retrieved parts names one
     documents = {
         str(c.get("document_id"))
         for c in chunks
-        if not about
-        or any(_mentions(f"{c.get('title', '')} {c.get('section', '')} {c.get('text', '')}".lower(), s) for s in about)
-    }
+        if any(_mentions(f"{c.get('title', '')} {c.get('section', '')} {c.get('text', '')}".lower(), s) for s in about)
+    } or {str(c.get("document_id")) for c in chunks}
     notes: dict[str, None] = {}
     for chunk in chunks:
         if str(chunk.get("document_id")) in documents:
@@ -521,26 +521,41 @@ def noise_notes(conv: Conversation, about: AbstractSet[str]) -> tuple[str, ...]:
 
 
 _QUOTED = re.compile(r"`([^`]{6,})`|\"([^\"]{6,})\"|“([^”]{6,})”|「([^」]{4,})」")
-_ITEM_BREAK = re.compile(r"[;；，、(（)）]|,\s|\s(?:and|or)\s")
+_ITEM_BREAK = re.compile(r"[;；，、]|,\s|\s(?:and|or)\s")
+_ASIDE = re.compile(r"\([^)]*\)|（[^）]*）")
 
 
 def documented_noise(p: Pattern, notes: Sequence[str]) -> bool:
-    """Whether a note calls the pattern noise: it quotes the pattern's words, or one item of its
-    list shares most of its words with the pattern."""
+    """Whether a note calls the pattern noise: one item of its list quotes the pattern's words
+    (every quote the item holds: "`Query exceeded 2000 ms` lines for `FinanceExport…`" is one
+    query's, not every slow one), or, quoting nothing, shares most of its words with it."""
     if not notes:
         return False
     text = f"{p.template} {p.example}".lower()
     words = p.words | salient(p.example)
     for note in notes:
-        quoted = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(note)]
-        if any(q.lower() in text for q in quoted):
-            return True
-        rest = NOISE_CUE.sub(" ", _QUOTED.sub(" ", note))
-        for item in _ITEM_BREAK.split(rest):
-            said = salient(item)
-            if len(said) >= 2 and len(said & words) >= max(2, math.ceil(0.6 * len(said))):
+        for named, item in _noise_items(note):
+            if named:
+                if all(q in text for q in named):
+                    return True
+                continue
+            said = salient(_ASIDE.sub(" ", item))
+            if len(said) >= 3 and len(said & words) >= math.ceil(0.6 * len(said)):
                 return True
     return False
+
+
+_HELD = re.compile(r"\x00(\d+)\x00")
+
+
+def _noise_items(note: str) -> list[tuple[list[str], str]]:
+    """The items a note lists, each with the quotes it holds (lower-cased): a quote is kept whole
+    while the note is split, whatever punctuation it holds."""
+    quotes = [next(g for g in m.groups() if g).lower() for m in _QUOTED.finditer(note)]
+    numbered = iter(range(len(quotes)))
+    held = _QUOTED.sub(lambda _m: f" \x00{next(numbered)}\x00 ", note)
+    items = _ITEM_BREAK.split(NOISE_CUE.sub(" ", held))
+    return [([quotes[int(i)] for i in _HELD.findall(item)], _HELD.sub(" ", item)) for item in items]
 
 
 def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
@@ -603,6 +618,8 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         and not p.outside_window
         # the team's own documents say it is noise
         and not documented_noise(p, ev.noise)
+        # a wait that ran out in the symptom's own service, naming no other: the symptom again
+        and not (only_waits(p) and set(p.services) <= set(symptom.services) and not _reports_elsewhere(p, blamed))
         # the question names the workload: another component with nothing tying it to it is no
         # cause, however loud (a log shipper's warnings, the clients' own account of the failure)
         and not (ev.subject and not ev.is_linked(p))
@@ -649,10 +666,12 @@ def _listens_where_refused(p: Pattern, ev: Evidence) -> bool:
 
 def only_waits(p: Pattern) -> bool:
     """Whether all the pattern says went wrong is that a wait ran out (a timeout, a probe's
-    deadline), with no reason of its own."""
+    deadline, a heartbeat's session), with no reason of its own."""
     if probe_timed_out(p):
         return True
-    return not stated_reason(p) and bool(TIMED_OUT.search(p.template)) and not terms(p.template) & CAUSE_TERMS
+    if stated_reason(p) or not TIMED_OUT.search(p.template):
+        return False
+    return not terms(TIMED_OUT.sub(" ", p.template)) & CAUSE_TERMS
 
 
 _PROBE = re.compile(r"\b(?:readiness|liveness|startup)\s+probe\b", re.IGNORECASE)
@@ -714,10 +733,11 @@ def _static_reasons(p: Pattern) -> set[str]:
 
 def explains_itself(p: Pattern) -> bool:
     """Whether the pattern names its own cause ("certificate has expired", "OOMKilled", "exec
-    format error"), rather than restating a failure (a restart, a back-off)."""
+    format error"), rather than restating a failure (a restart, a back-off) or telling of a wait
+    that ran out ("Lock wait timeout exceeded": who held the lock is the question)."""
     if stated_reason(p):
         return True
-    return bool(terms(p.template) & CAUSE_TERMS) and not restates(p)
+    return bool(terms(p.template) & CAUSE_TERMS) and not restates(p) and not TIMED_OUT.search(p.template)
 
 
 #: words of an orchestrator's diagnosis that say only that something failed
@@ -730,8 +750,13 @@ def _told_by_the_question(p: Pattern, question: str) -> bool:
     the reason for it is still to be found."""
     match = ORCHESTRATOR_DIAGNOSIS.search(_beyond_restatement(p))
     if match is None:
-        return False
-    words = terms(match.group(0)) - _FAILED
+        # no reason in anyone's words, only words of a cause ("failed to resolve"): the question
+        # that already says them asks what lies behind them
+        if stated_reason(p):
+            return False
+        words = terms(p.template) & CAUSE_TERMS
+    else:
+        words = terms(match.group(0)) - _FAILED
     return bool(words) and words <= terms(question)
 
 
