@@ -265,3 +265,22 @@ def test_what_the_cloud_records_happening_is_read_as_a_change() -> None:
 
     assert_verified_diagnosis(run)
     assert "RotationSucceeded" in run.payload["root_cause"]
+
+
+def test_a_reason_goes_before_the_waits_only_when_it_began_just_before_them() -> None:
+    from datetime import timedelta
+
+    from harness.llm.offline.evidence import Pattern
+    from harness.llm.offline.reasoning import _reason_before_waits
+    from tests.harness.test_offline_reasoning import at
+
+    def pattern(text: str, first: float, last: float) -> Pattern:
+        return Pattern(text, 9, "ERROR", ("svc",), at(first), at(last), text, "call_1")
+
+    wait = pattern(PROBE, 120.5, 150)
+    just_before = pattern("nf_conntrack: table full, dropping packet", 119.6, 150)
+    days_before = pattern("nf_conntrack: table full, dropping packet", 120 - 2 * 24 * 60, 125 - 2 * 24 * 60)
+    assert just_before.first and days_before.first and days_before.first < just_before.first - timedelta(days=1)
+
+    assert _reason_before_waits([(9.0, wait), (6.0, just_before)])[0][1] is just_before
+    assert _reason_before_waits([(9.0, wait), (6.0, days_before)])[0][1] is wait

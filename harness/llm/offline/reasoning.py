@@ -629,8 +629,9 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         # touches it, explains no failure
         and (names_a_failure(p) or _listens_where_refused(p, ev) or support(p) >= TIED_TO_CHANGE)
         and not (began is not None and p.first is not None and not p.table and p.first > began + INCIDENT_TAIL)
-        # a state observed on another day is another incident's
+        # a state observed on another day is another incident's, and so are lines that ended then
         and not (began is not None and p.first is not None and p.table and abs(p.first - began) > STATE_SPAN)
+        and not (began is not None and p.last is not None and not p.table and p.last < began - STATE_SPAN)
     ]
     ranked.sort(key=lambda sp: -sp[0])
     return _reason_before_waits(ranked)
@@ -638,13 +639,20 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
 
 def _reason_before_waits(ranked: list[tuple[float, Pattern]]) -> list[tuple[float, Pattern]]:
     """When the leading candidates only say that waits ran out, a candidate that states a reason
-    (a table full, a quota reached) and began no later is why they did: it goes first."""
+    (a table full, a quota reached) and began shortly before them, still going when they began,
+    is why they did: it goes first."""
     waits: list[tuple[float, Pattern]] = []
     for value, p in ranked:
         if not only_waits(p):
             if waits and value >= MIN_CAUSE_SCORE and stated_reason(p):
                 began = min((w.first for _, w in waits if w.first is not None), default=None)
-                if began is None or p.first is None or p.first <= began:
+                if (
+                    began is None
+                    or p.first is None
+                    or (
+                        began - INCIDENT_LEAD <= p.first <= began and (p.last is None or p.last >= began - CHANGE_GRACE)
+                    )
+                ):
                     return [(value, p), *(vp for vp in ranked if vp[1] is not p)]
             break
         waits.append((value, p))
