@@ -283,7 +283,7 @@ def _from_json(line: str, default_service: str) -> ParsedLine:
 
 def _from_fields(fields: dict[str, Any], default_service: str) -> ParsedLine:
     """An entry from named fields (JSON or logfmt); every unused field goes to attributes."""
-    rest = _kubernetes_event(fields) or dict(fields)
+    rest = _kubernetes_event(fields) or _mongodb_record(fields) or dict(fields)
     raw_ts = _take(rest, _TS_KEYS, lambda v: isinstance(v, str | int | float) and not isinstance(v, bool))
     if raw_ts is None:
         raise _Unparsable("no timestamp field")
@@ -298,6 +298,9 @@ def _from_fields(fields: dict[str, Any], default_service: str) -> ParsedLine:
     # zap, logrus and friends put the reason beside the message ("fx lookup failed",
     # error="… certificate has expired"): the line says both, so the message does too
     error = _take(rest, _ERROR_KEYS, lambda v: isinstance(v, str) and v.strip() != "", str)
+    if error is None and isinstance(err := rest.get("err", rest.get("error")), dict):
+        # pino and bunyan write an error as an object: its message is the reason
+        error = str(err["message"]) if isinstance(err.get("message"), str) and err["message"].strip() else None
     if error is not None and error not in str(message):
         message = f"{message}: {error}"
     service = _take(rest, _SERVICE_KEYS, named, str)
@@ -308,6 +311,31 @@ def _from_fields(fields: dict[str, Any], default_service: str) -> ParsedLine:
     if level is None and raw_level is not None:
         rest["raw_level"] = raw_level
     return _entry(ts, service or default_service, level, str(message), rest)
+
+
+_MONGODB_LEVELS = {"F": "FATAL", "E": "ERROR", "W": "WARN", "I": "INFO"}
+
+
+def _mongodb_record(fields: dict[str, Any]) -> dict[str, Any] | None:
+    """A MongoDB structured log record (``{"t": {"$date": …}, "s": "F", "c": "CONTROL", "msg":
+    …, "attr": {…}}``, MongoDB 4.4 and later) in the usual field names, or ``None`` for any other
+    object: the severity letter is the level (``D1``…``D5`` DEBUG), the reason an ``attr`` gives
+    (``error``, ``reason``) follows the message, and the component and context are kept."""
+    when, severity, message = fields.get("t"), fields.get("s"), fields.get("msg")
+    if not (isinstance(when, dict) and isinstance(severity, str) and isinstance(message, str)):
+        return None
+    date = when.get("$date")
+    if not isinstance(date, str | int) or isinstance(date, bool):
+        return None
+    attr: dict[str, Any] = fields["attr"] if isinstance(fields.get("attr"), dict) else {}
+    reason = next((attr[k] for k in ("error", "reason", "errmsg") if isinstance(attr.get(k), str)), None)
+    out: dict[str, Any] = {k: v for k, v in fields.items() if k not in ("t", "s", "msg")}
+    out.update(
+        timestamp=date,
+        message=f"{message}: {reason}" if reason else message,
+        level=_MONGODB_LEVELS.get(severity, "DEBUG" if severity.startswith("D") else severity),
+    )
+    return out
 
 
 #: the attribute of an event seen ``count`` times that says when it first happened
@@ -655,6 +683,8 @@ def _service_level_message(rest: str) -> tuple[str | None, str | None, str]:
         s = _BRACKET_SERVICE.match(after) or _COLON_SERVICE.match(after) or _BARE_SERVICE.match(after)
         if s is not None and _THREAD_NAME.match(s["svc"]):
             return None, level, s["msg"]  # logback's ``LEVEL [thread] logger - message``: no service
+        if s is not None and s["svc"].startswith("plugin/"):
+            return None, level, after  # CoreDNS's ``[FATAL] plugin/loop: …``: the plugin, not a service
         return (s["svc"], level, s["msg"]) if s is not None else (None, level, after)
     return None, None, rest
 

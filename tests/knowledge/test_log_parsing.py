@@ -437,6 +437,48 @@ def test_the_kernel_under_journald_is_its_own_service_on_its_host() -> None:
     assert other.service == "svc" and "host" not in other.attributes
 
 
+def test_a_mongodb_structured_record_reads_its_severity_and_reason() -> None:
+    record = {
+        "t": {"$date": "2026-11-30T10:02:00.000+00:00"},
+        "s": "F",
+        "c": "CONTROL",
+        "id": 20573,
+        "ctx": "initandlisten",
+        "msg": "Wrong mongod version",
+        "attr": {"error": "UPGRADE PROBLEM: Found an invalid featureCompatibilityVersion document"},
+    }
+    line = parsed(f"2026-11-30T10:02:00.000000001Z {json.dumps(record)}", default_service="catalog-mongo")
+    assert (line.ts, line.service, line.level) == (T, "catalog-mongo", "FATAL")
+    assert (
+        line.message == "Wrong mongod version: UPGRADE PROBLEM: Found an invalid featureCompatibilityVersion document"
+    )
+    assert (line.attributes["c"], line.attributes["ctx"]) == ("CONTROL", "initandlisten")
+    for severity, level in [("E", "ERROR"), ("W", "WARN"), ("I", "INFO"), ("D2", "DEBUG")]:
+        quiet = parsed(json.dumps({**record, "s": severity, "attr": {"port": 27017}}))
+        assert (quiet.level, quiet.message) == (level, "Wrong mongod version")
+
+
+def test_a_pino_error_object_gives_its_message_and_a_coredns_plugin_is_no_service() -> None:
+    pino = {
+        "level": 50,
+        "time": 1796032920000,
+        "msg": "upstream request failed",
+        "err": {"type": "Error", "message": "getaddrinfo EAI_AGAIN payments-api.payments.svc", "code": "EAI_AGAIN"},
+    }
+    line = parsed(json.dumps(pino), default_service="storefront-api")
+    assert (line.level, line.message) == (
+        "ERROR",
+        "upstream request failed: getaddrinfo EAI_AGAIN payments-api.payments.svc",
+    )
+
+    coredns = parsed(
+        '2026-11-30T10:02:00Z [FATAL] plugin/loop: Loop (127.0.0.1:34614 -> :53) detected for zone ".".',
+        default_service="coredns",
+    )
+    assert (coredns.service, coredns.level) == ("coredns", "FATAL")
+    assert coredns.message.startswith("plugin/loop: Loop (127.0.0.1:34614 -> :53) detected")
+
+
 def test_gunicorns_own_line_reads_its_level_not_its_pid() -> None:
     line = parsed("[2026-11-30 10:02:00 +0000] [1] [INFO] Booting worker with pid: 8", default_service="svc")
     assert (line.ts, line.service, line.level, line.message) == (T, "svc", "INFO", "Booting worker with pid: 8")
