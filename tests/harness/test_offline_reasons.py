@@ -284,3 +284,80 @@ def test_a_reason_goes_before_the_waits_only_when_it_began_just_before_them() ->
 
     assert _reason_before_waits([(9.0, wait), (6.0, just_before)])[0][1] is just_before
     assert _reason_before_waits([(9.0, wait), (6.0, days_before)])[0][1] is wait
+
+
+def test_a_name_that_does_not_resolve_is_the_resolvers_story() -> None:
+    lines = traffic(["storefront-api", "coredns"])
+    lines += burst(
+        "coredns", "FATAL", 119.3, 14, 'plugin/loop: Loop (127.0.0.1:34614 -> :53) detected for zone ".".', 60.0 / 14
+    )
+    lines += burst(
+        "storefront-api",
+        "ERROR",
+        120.5,
+        60,
+        "upstream request failed: getaddrinfo EAI_AGAIN payments-api.payments.svc",
+        0.5,
+    )
+    run = diagnose(
+        "Since about 10:00 UTC storefront-api cannot reach payments-api and checkout fails. What is the root cause?",
+        logs=InMemoryLogs(lines),
+        sql=no_tables(),
+    )
+
+    assert_verified_diagnosis(run)
+    assert "Loop" in run.payload["root_cause"] and "(coredns)" in run.payload["root_cause"]
+
+
+def test_the_same_events_told_by_two_lines_are_one_symptom() -> None:
+    lines = traffic(["thumbnailer"])
+    # the pool logs each killed worker, and 60 ms later the task that worker held fails
+    lines += burst(
+        "thumbnailer", "ERROR", 120.0, 12, "Process 'ForkPoolWorker-2' exited with 'signal 9 (SIGKILL)'", 5.0
+    )
+    lines += burst(
+        "thumbnailer",
+        "ERROR",
+        120.001,
+        12,
+        "Task handler raised error: WorkerLostError('Worker exited prematurely')",
+        5.0,
+    )
+    run = diagnose(
+        "Since about 10:00 UTC thumbnailer logs WorkerLostError for some tasks. What is the root cause?",
+        logs=InMemoryLogs(lines),
+        sql=no_tables(),
+    )
+
+    assert_fallback(run)
+
+
+def test_what_the_question_tells_of_is_not_its_own_cause() -> None:
+    lines = traffic(["notifier", "rabbitmq"])
+    lines += burst("rabbitmq", "WARN", 121.0, 16, "closing AMQP connection <0.{i}.62> (10.0.0.5:5672 -> notifier)", 1.5)
+    lines += burst("notifier", "ERROR", 121.1, 16, "Connection shutdown: AMQP close-reason, reconnecting", 1.5)
+    sql = SqliteSqlSource(
+        {
+            "config_changes": (
+                ("id", "target", "config_key", "old_value", "new_value", "changed_at"),
+                [(1, "rabbitmq", "amqp connection collect_statistics_interval", "5000", "10000", sql_ts(118))],
+            )
+        }
+    )
+    run = diagnose(
+        "Since about 10:00 UTC notifier logs a connection shutdown and reconnects: RabbitMQ keeps closing its AMQP "
+        "connections. What is the root cause?",
+        logs=InMemoryLogs(lines),
+        sql=sql,
+    )
+
+    assert_fallback(run)
+
+
+def test_a_long_message_without_a_stated_reason_is_named_by_its_headline() -> None:
+    template = (
+        "Wrong mongod version: UPGRADE PROBLEM: Found an invalid featureCompatibilityVersion document (ERROR: <*>: "
+        "see the release notes of the compatibility upgrade :: caused by :: Invalid feature compatibility version value"
+    )
+    example = template.replace("<*>", "Location4926900") + " " + "x" * MAX_QUOTE_CHARS
+    assert named(template, example).startswith("Wrong mongod version: UPGRADE PROBLEM")

@@ -47,10 +47,13 @@ def parse_ts(value: Any) -> datetime | None:
 _DANGLING = re.compile(r"(?:\s+(?:after|for|in|of|to|by|with|from|at|on|is|was|=))+$", re.IGNORECASE)
 
 
-def literal(template: str) -> str:
-    """The readable constant part of a log template: its longest run of words between masks."""
+def literal(template: str, *, headline: bool = False) -> str:
+    """The readable constant part of a log template: its longest run of words between masks (or,
+    as a ``headline``, the first run nearly as long: a message says first what it is about)."""
     segments = [seg.strip(" -:,;=([{)]}") for seg in template.split("<*>")]
     best = max(segments, key=lambda seg: (len(seg.split()), len(seg)), default="")
+    if headline:
+        best = next(seg for seg in segments if len(seg.split()) >= 0.6 * len(best.split()))
     return _DANGLING.sub("", best).strip(" -:,;=")[:160]
 
 
@@ -68,7 +71,7 @@ def named(template: str, example: str, reason: re.Pattern[str] | None = None) ->
     found = reason.search(text) if reason is not None else None
     if found is not None:
         return _clause_around(text, found.start())
-    return literal(template) or excerpt(example)
+    return literal(template, headline=True) or excerpt(example)
 
 
 #: where a clause of a log message begins: after a sentence, a bracketed prefix, a label

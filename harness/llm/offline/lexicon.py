@@ -189,6 +189,11 @@ STATED_REASON = re.compile(
     r"\bpermission\s+denied\b|\boperation\s+not\s+permitted\b|\bno\s+such\s+file\s+or\s+directory\b|"
     r"\btoo\s+many\s+(?:clients|connections)\b|\bremaining\s+connection\s+slots\s+are\s+reserved\b|"
     r"\bcertificate\s+(?:has\s+)?expired\b|\bdisk\s+quota\s+exceeded\b|"
+    # a name that does not resolve, as resolvers and the programs asking them say it
+    r"\bhost\s+not\s+found\b|\bno\s+such\s+host\b|\bname\s+or\s+service\s+not\s+known\b|\bnxdomain\b|"
+    r"\bcould\s+not\s+resolve\s+host\b|\btemporary\s+failure\s+in\s+name\s+resolution\b|\bEAI_AGAIN\b|"
+    # the kernel refusing a process more of something it is limited to
+    r"\bfork\s+rejected\b|\bpids\s+controller\b|"
     # what a TLS library says when it does not trust the other end
     r"\bcertificate\s+signed\s+by\s+unknown\s+authority\b|\bcertificate\s+verify\s+failed\b|"
     r"\bself[- ]signed\s+certificate\b|\bcertificate\s+is\s+not\s+valid\s+for\b|\bunknown\s+ca\b|"
@@ -255,6 +260,25 @@ RELATED_SETTINGS: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
         (r"exceeded\s+quota", "quota resourcequota"),
     ]
 )
+
+
+#: The components an error of this kind depends on, by a part of their names: a name that does
+#: not resolve is the cluster resolver's business, whoever asked.
+RELATED_COMPONENTS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
+    (
+        re.compile(
+            r"host\s+not\s+found|no\s+such\s+host|name\s+or\s+service\s+not\s+known|nxdomain|eai_again|"
+            r"enotfound|could\s+not\s+resolve|name\s+resolution|failed\s+to\s+resolve|unknownhost|i/o\s+timeout.*:53\b",
+            re.IGNORECASE,
+        ),
+        ("dns", "resolv"),
+    ),
+)
+
+
+def related_components(text: str) -> tuple[str, ...]:
+    """Parts of the names of the components the errors in ``text`` depend on (:data:`RELATED_COMPONENTS`)."""
+    return tuple(part for pattern, parts in RELATED_COMPONENTS if pattern.search(text) for part in parts)
 
 
 def related_settings(text: str) -> frozenset[str]:

@@ -48,6 +48,7 @@ from harness.llm.offline.lexicon import (
     SYMPTOM_TERMS,
     TIMED_OUT,
     is_recommendation,
+    related_components,
     related_settings,
     salient,
     stem,
@@ -418,6 +419,12 @@ def _linked(
     the components a sentence of the team's documents names together with the subject ("account-api
     serves the app through mobile-edge"): a call the logs need not show."""
     linked = set(subject)
+    # the components what the subject's errors are about depends on (the cluster resolver, for a
+    # name that does not resolve)
+    for p in patterns:
+        if p.rank >= 2 and set(p.services) & subject:
+            parts = related_components(f"{p.template} {p.example}")
+            linked.update(s for s in known if any(part in s.lower() for part in parts))
     for sentence in documented if subject else []:
         text = sentence.lower()
         if any(_mentions(text, s) for s in subject):
@@ -623,11 +630,17 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         # the question names the workload: another component with nothing tying it to it is no
         # cause, however loud (a log shipper's warnings, the clients' own account of the failure)
         and not (ev.subject and not ev.is_linked(p))
-        # the symptom's own events told by another part of them (its stack trace's last frame)
-        and not (p.first == symptom.first and p.last == symptom.last and p.services == symptom.services)
+        # the symptom's own events told by another part of them (its stack trace's last frame, the
+        # pool's line for the worker whose task then failed)
+        and not _told_twice(p, symptom)
         # what says nothing broke or ran out ("cache refresh took 3s"), and follows no change that
-        # touches it, explains no failure
-        and (names_a_failure(p) or _listens_where_refused(p, ev) or support(p) >= TIED_TO_CHANGE)
+        # touches it, explains no failure; nor does what the question itself tells of ("RabbitMQ
+        # keeps closing the connections")
+        and (
+            names_a_failure(p)
+            or _listens_where_refused(p, ev)
+            or (support(p) >= TIED_TO_CHANGE and not _described_by(p, ev.asked))
+        )
         and not (began is not None and p.first is not None and not p.table and p.first > began + INCIDENT_TAIL)
         # a state observed on another day is another incident's, and so are lines that ended then
         and not (began is not None and p.first is not None and p.table and abs(p.first - began) > STATE_SPAN)
@@ -659,10 +672,33 @@ def _reason_before_waits(ranked: list[tuple[float, Pattern]]) -> list[tuple[floa
     return ranked
 
 
+#: lines of one service this close in time, as many of each, are the same events told twice
+TOLD_TWICE = timedelta(seconds=1)
+
+
+def _told_twice(p: Pattern, symptom: Pattern) -> bool:
+    """Whether the pattern tells the symptom's own events again: the same service, about as many
+    lines, beginning within a second of each other — unless it is the one of the two that states
+    the reason ("sorry, too many clients already" beside the pool's timeout)."""
+    if p.services != symptom.services or p.first is None or symptom.first is None:
+        return False
+    if p.first == symptom.first and p.last == symptom.last:
+        return True
+    # (as many: a window's edge may cut one of a pair)
+    alike = abs(p.count - symptom.count) <= max(1.0, 0.1 * symptom.count)
+    return alike and abs(p.first - symptom.first) <= TOLD_TWICE and not stated_reason(p)
+
+
+def _described_by(p: Pattern, asked: AbstractSet[str]) -> bool:
+    """Whether most of what the pattern says is in the question: it is what was reported."""
+    words = salient(p.template) - set(p.services)
+    return len(words) >= 2 and len(words & asked) >= 0.6 * len(words)
+
+
 def names_a_failure(p: Pattern) -> bool:
-    """Whether the pattern speaks of something that broke, ran out or was refused, or states a
-    reason in the orchestrator's or the system's words."""
-    return bool(terms(p.template) & CAUSE_TERMS) or bool(stated_reason(p))
+    """Whether the pattern speaks of something that broke, ran out or was refused, states a
+    reason in the orchestrator's or the system's words, or is a process giving up (FATAL)."""
+    return p.rank >= 4 or bool(terms(p.template) & CAUSE_TERMS) or bool(stated_reason(p))
 
 
 def _listens_where_refused(p: Pattern, ev: Evidence) -> bool:
@@ -794,8 +830,18 @@ def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
             # (the server's "bad certificate" from the same clients) is its echo, and what names no
             # cause of its own ("promotions lookup slow") explains less than it does.
             # What began at the very moment the symptom did, in the same service, is the same
-            # failure told another way (the pool timing out on the server's refusal).
-            ranked = [
+            # failure told another way (the pool timing out on the server's refusal). What the
+            # failure depends on (the resolver, for a name that does not resolve) is read however
+            # it words its own failure: its worst line first.
+            parts = related_components(f"{symptom.template} {symptom.example}")
+            behind = [
+                (v, p)
+                for v, p in ranked
+                if any(part in s.lower() for s in p.services for part in parts)
+                and p.first is not None
+                and p.first <= symptom.first
+            ]
+            ranked = sorted(behind, key=lambda vp: (-vp[1].rank, -vp[0])) + [
                 (v, p)
                 for v, p in ranked
                 if explains_itself(p)
@@ -811,10 +857,31 @@ def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
             told = stated_reason(symptom)
             if told and not ORCHESTRATOR_DIAGNOSIS.search(told):
                 # The system's own words for why ("certificate signed by unknown authority"): only
-                # what speaks of the same thing goes deeper (not a probe refused at a restart).
+                # what speaks of the same thing goes deeper (not a probe refused at a restart), or
+                # what such a failure depends on (the cluster resolver, for a name that does not
+                # resolve).
                 topic = salient(told)
-                ranked = [(v, p) for v, p in ranked if salient(stated_reason(p) or p.template) & topic]
-            ranked.sort(key=lambda vp: -(vp[0] + (2.0 if told and stated_reason(vp[1]) == told else 0.0)))
+                parts = related_components(f"{symptom.template} {symptom.example}")
+                ranked = [
+                    (v, p)
+                    for v, p in ranked
+                    if salient(stated_reason(p) or p.template) & topic
+                    or any(part in s.lower() for s in p.services for part in parts)
+                ]
+            # (told by another service: the same words in the symptom's own are the symptom again)
+            if not behind:
+                ranked.sort(
+                    key=lambda vp: (
+                        -(
+                            vp[0]
+                            + (
+                                2.0
+                                if told and stated_reason(vp[1]) == told and set(vp[1].services) - set(symptom.services)
+                                else 0.0
+                            )
+                        )
+                    )
+                )
             if ev.subject and set(symptom.services) & ev.subject and ORCHESTRATOR_DIAGNOSIS.search(symptom.template):
                 # The orchestrator says why the workload asked about is down ("Insufficient cpu"):
                 # only what that workload depends on can say more, not a stranger sharing a word.
