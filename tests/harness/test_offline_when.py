@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from harness.llm.offline.when import StatedTime, resolve, stated_time
+from harness.llm.offline.when import YEARS_BACK, StatedTime, resolve, stated_time
 
 
 @pytest.mark.parametrize(
@@ -100,3 +100,17 @@ def test_a_date_without_a_year_whose_window_was_read_empty_is_taken_a_year_earli
     assert resolve(stated, seen[:1]) == datetime(2027, 11, 3, 10, 0, tzinfo=UTC)
     assert resolve(stated, seen[:1], [window]) == datetime(2026, 11, 3, 10, 0, tzinfo=UTC)
     assert resolve(stated, seen, [window]) == datetime(2026, 11, 3, 10, 0, tzinfo=UTC)
+
+
+def test_a_date_without_a_year_steps_back_a_year_for_each_empty_window_up_to_a_limit() -> None:
+    # a store whose latest warnings are of 2028, where 20 October of 2028 and 2027 were read empty
+    seen = [datetime(2028, 11, 20, 9, 0, tzinfo=UTC)]
+    stated = StatedTime(10, 0, month_day=(10, 20))
+
+    def window(year: int) -> tuple[datetime, datetime]:
+        return datetime(year, 10, 20, 9, 0, tzinfo=UTC), datetime(year, 10, 20, 10, 15, tzinfo=UTC)
+
+    assert resolve(stated, seen, [window(2028), window(2027)]) == datetime(2026, 10, 20, 10, 0, tzinfo=UTC)
+    # …but not for ever: past YEARS_BACK years before the evidence's, the date is not placed
+    tried = [window(year) for year in range(2028, 2028 - YEARS_BACK - 1, -1)]
+    assert resolve(stated, seen, tried) is None

@@ -48,6 +48,9 @@ _ZONE = re.compile(
     re.IGNORECASE,
 )
 
+#: How many years before the evidence's a date without a year is looked for, once the days of
+#: the years the evidence shows were read and held nothing.
+YEARS_BACK = 3
 #: The window of the evidence's timestamps in which a time of day without a date is looked for.
 _NEAR = timedelta(hours=2)
 
@@ -121,8 +124,12 @@ def resolve(
         # past), unless every such day is: then the first of them
         dated = [d for year in sorted({d.year for d in days}) if (d := _date(year, month, day)) is not None]
         candidates = [d for d in dated if d <= days[-1] + timedelta(days=1)] or dated[:1]
-        if candidates and all(_inside(stated.on(d), empty) for d in candidates):
-            earlier = _date(candidates[0].year - 1, month, day)
+        # every such day read and empty: the year before the earliest (and so on, as each is
+        # read and found empty, up to YEARS_BACK years)
+        year = candidates[0].year if candidates else None
+        while year is not None and candidates and all(_inside(stated.on(d), empty) for d in candidates):
+            year -= 1
+            earlier = _date(year, month, day) if dated[0].year - year <= YEARS_BACK else None
             candidates = [earlier] if earlier is not None else []
         candidates = [d for d in candidates if not _inside(stated.on(d), empty)]
     else:
