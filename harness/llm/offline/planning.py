@@ -71,14 +71,9 @@ def plan(conv: Conversation) -> list[tuple[str, dict[str, Any]]]:
             and not any(o.view.get("chunks") for o in conv.results(LOOKUP_KNOWLEDGE))
         ):
             # No document answers the question in full (it holds too many other words): what the
-            # team wrote about the workload asked about (else the one the symptom is of), what it
-            # calls and serves, what is known noise.
-            # (or else the hosts and components the question names, that no log line is of)
-            about = (
-                sorted(ev.subject)
-                or named_services(conv.question)[:MAX_NAMED_SERVICES]
-                or sorted(ev.symptom.services if ev.symptom else ())[:MAX_NAMED_SERVICES]
-            )
+            # team wrote about the workload asked about (else the hosts and components the question
+            # names, that no log line is of), what it calls and serves, what is known noise.
+            about = sorted(ev.subject) or named_services(conv.question)[:MAX_NAMED_SERVICES]
             calls.extend((LOOKUP_KNOWLEDGE, {"query": name, "top_k": 5}) for name in about)
         if not unread:
             # (else the subject's own lines may move the onset, the symptom and the candidates:
