@@ -6,16 +6,24 @@ deepened by what speaks of the same thing. Each on a small incident of its own."
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from harness.inmemory import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
-from harness.llm.offline.evidence import MAX_QUOTE_CHARS, named
+from harness.llm.offline.evidence import MAX_QUOTE_CHARS, Pattern, named
 from harness.llm.offline.lexicon import ANY_REASON, STATED_REASON
+from harness.llm.offline.reasoning import _reason_before_waits, documented_noise
 from harness.ports import KnowledgeChunk, LogLine, LogQuery
 from tests.harness.test_offline import assert_verified_diagnosis, diagnose
-from tests.harness.test_offline_reasoning import burst, sql_ts, traffic
+from tests.harness.test_offline_reasoning import at, burst, sql_ts, traffic
 from tests.harness.test_offline_workloads import assert_fallback, no_tables
 
 POD = "edge-proxy-6c9d7f5b8-q2x7m"
 PROBE = 'Unhealthy: Readiness probe failed: Get "http://10.1.4.17:10254/healthz": context deadline exceeded'
+
+
+def on_logs(question: str, lines: list[LogLine]) -> object:
+    """The run of ``question`` over these log lines, with no change recorded."""
+    return diagnose(question, logs=InMemoryLogs(lines), sql=no_tables())
 
 
 def on_host(lines: list[LogLine], host: str) -> list[LogLine]:
@@ -175,14 +183,13 @@ def test_a_wait_for_a_lock_does_not_say_who_holds_it() -> None:
     lines += burst(
         "schema-migrator", "ERROR", 121.0, 30, "Error 1205: Lock wait timeout exceeded; try restarting transaction", 1.0
     )
-    run = diagnose(
-        "The schema migration keeps failing at cut-over since about 10:00 UTC with lock wait timeouts. "
-        "What is holding the lock?",
-        logs=InMemoryLogs(lines),
-        sql=no_tables(),
+    assert_fallback(
+        on_logs(
+            "The schema migration keeps failing at cut-over since about 10:00 UTC with lock wait timeouts. "
+            "What is holding the lock?",
+            lines,
+        )
     )
-
-    assert_fallback(run)
 
 
 def test_a_consumers_expiring_sessions_are_the_rebalances_again() -> None:
@@ -196,13 +203,12 @@ def test_a_consumers_expiring_sessions_are_the_rebalances_again() -> None:
         "Marking the coordinator dead (node 0) for group SCORING: Heartbeat session expired.",
         2.0,
     )
-    run = diagnose(
-        "The SCORING consumer group of scorer keeps rebalancing since about 10:00 UTC. What is causing it?",
-        logs=InMemoryLogs(lines),
-        sql=no_tables(),
+    assert_fallback(
+        on_logs(
+            "The SCORING consumer group of scorer keeps rebalancing since about 10:00 UTC. What is causing it?",
+            lines,
+        )
     )
-
-    assert_fallback(run)
 
 
 def test_a_failure_the_question_already_names_is_not_its_own_answer() -> None:
@@ -223,9 +229,6 @@ def test_a_failure_the_question_already_names_is_not_its_own_answer() -> None:
 
 
 def test_a_noise_note_quoting_one_query_does_not_excuse_every_slow_one() -> None:
-    from harness.llm.offline.evidence import Pattern
-    from harness.llm.offline.reasoning import documented_noise
-
     def pattern(text: str) -> Pattern:
         return Pattern(text, 3, "WARN", ("orders-db",), None, None, text, "call_1")
 
@@ -268,12 +271,6 @@ def test_what_the_cloud_records_happening_is_read_as_a_change() -> None:
 
 
 def test_a_reason_goes_before_the_waits_only_when_it_began_just_before_them() -> None:
-    from datetime import timedelta
-
-    from harness.llm.offline.evidence import Pattern
-    from harness.llm.offline.reasoning import _reason_before_waits
-    from tests.harness.test_offline_reasoning import at
-
     def pattern(text: str, first: float, last: float) -> Pattern:
         return Pattern(text, 9, "ERROR", ("svc",), at(first), at(last), text, "call_1")
 
@@ -323,13 +320,12 @@ def test_the_same_events_told_by_two_lines_are_one_symptom() -> None:
         "Task handler raised error: WorkerLostError('Worker exited prematurely')",
         5.0,
     )
-    run = diagnose(
-        "Since about 10:00 UTC thumbnailer logs WorkerLostError for some tasks. What is the root cause?",
-        logs=InMemoryLogs(lines),
-        sql=no_tables(),
+    assert_fallback(
+        on_logs(
+            "Since about 10:00 UTC thumbnailer logs WorkerLostError for some tasks. What is the root cause?",
+            lines,
+        )
     )
-
-    assert_fallback(run)
 
 
 def test_what_the_question_tells_of_is_not_its_own_cause() -> None:
