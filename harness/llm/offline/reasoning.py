@@ -4,9 +4,10 @@ It reasons the way an on-call engineer reads evidence, with no knowledge of any 
 incident. The *symptom* is the error pattern that matches what the engineer reported and began
 when they say it did (a time in the question is resolved against the logs). The *cause*
 candidates are other error patterns that begin shortly before the symptom, use the vocabulary
-of something running out or breaking, share its service or are blamed by other services'
-errors (a proxy reporting its upstream is a witness, not a cause), and are backed by a
-document or by a recent change. A change is weighed by how shortly before the pattern it came,
+of something running out or breaking or state a reason, share its service or its node, are
+blamed by other services' errors or are what such an error depends on (a proxy reporting its
+upstream is a witness, not a cause), and are backed by a document or by a recent change; what
+the team's documents call noise, and a wait that ran out, are none. A change is weighed by how shortly before the pattern it came,
 what it touches (the pattern's service, a blamed dependency, words the two share and little
 else does) and how many new warnings began right after it and before the next change. When the
 evidence shows no cause, :func:`analyse` says what is missing instead.
