@@ -10,8 +10,9 @@ from datetime import timedelta
 
 from harness.inmemory import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
 from harness.llm.offline.evidence import MAX_QUOTE_CHARS, Pattern, named
-from harness.llm.offline.lexicon import ANY_REASON, STATED_REASON
+from harness.llm.offline.lexicon import ANY_REASON, SETTING_NAMED, STATED_REASON
 from harness.llm.offline.reasoning import _reason_before_waits, documented_noise
+from harness.logs import log_template
 from harness.ports import KnowledgeChunk, LogLine, LogQuery
 from tests.harness.test_offline import assert_verified_diagnosis, diagnose
 from tests.harness.test_offline_reasoning import at, burst, sql_ts, traffic
@@ -357,3 +358,38 @@ def test_a_long_message_without_a_stated_reason_is_named_by_its_headline() -> No
     )
     example = template.replace("<*>", "Location4926900") + " " + "x" * MAX_QUOTE_CHARS
     assert named(template, example).startswith("Wrong mongod version: UPGRADE PROBLEM")
+
+
+def test_a_long_message_that_names_a_setting_is_named_by_that_clause() -> None:
+    message = (
+        "[Consumer clientId=consumer-balance-sync-1, groupId=balance-sync] This member will leave the group "
+        "because consumer poll timeout has expired. This means the time between subsequent calls to poll() was "
+        "longer than the configured max.poll.interval.ms, which typically implies that the poll loop is spending "
+        "too much time processing messages."
+    )
+    assert len(message) > MAX_QUOTE_CHARS
+    name = named(log_template(message), message, ANY_REASON, SETTING_NAMED)
+    assert name.startswith("This means the time between") and "max.poll.interval.ms" in name
+
+
+def test_a_jobs_failure_hours_before_the_alert_is_what_the_alert_is_about() -> None:
+    lines = traffic(["geo-api", "geo-refresh"])
+    # the nightly import fails at 08:05 and 08:10; the stale-data alert fires two hours later
+    lines += burst(
+        "geo-refresh",
+        "ERROR",
+        5.0,
+        2,
+        "import aborted: SqlError: Got a packet bigger than 'max_allowed_packet' bytes",
+        5.0,
+    )
+    lines += burst("geo-api", "WARN", 130.0, 6, "geo dataset is 26.{i}h old, serving stale country data", 5.0)
+    run = diagnose(
+        "GeoDatasetStale fired at 10:10 UTC: the geo-refresh job failed earlier and geo-api serves stale data. "
+        "What is the root cause?",
+        logs=InMemoryLogs(lines),
+        sql=no_tables(),
+    )
+
+    assert_verified_diagnosis(run)
+    assert "max_allowed_packet" in run.payload["root_cause"]

@@ -61,16 +61,16 @@ def literal(template: str, *, headline: bool = False) -> str:
 NAMED_WHOLE_CHARS = MAX_QUOTE_CHARS
 
 
-def named(template: str, example: str, reason: re.Pattern[str] | None = None) -> str:
+def named(template: str, example: str, *reasons: re.Pattern[str]) -> str:
     """What a report calls a line: its message when short (the reason is often in a part a
     template masks, "0/3 nodes are available: 3 Insufficient cpu"); else the clause that states
-    the ``reason``, when the message has one; else :func:`literal`."""
+    the first of the ``reasons`` the message holds; else its headline (:func:`literal`)."""
     text = untruncated(example).strip()
     if 0 < len(text) <= NAMED_WHOLE_CHARS:
         return text
-    found = reason.search(text) if reason is not None else None
-    if found is not None:
-        return _clause_around(text, found.start())
+    for reason in reasons:
+        if (found := reason.search(text)) is not None:
+            return _clause_around(text, found.start())
     return literal(template, headline=True) or excerpt(example)
 
 

@@ -216,6 +216,13 @@ STATED_REASON = re.compile(
 )
 #: a reason in the orchestrator's words or the system's, whichever the text states
 ANY_REASON = re.compile(f"{ORCHESTRATOR_DIAGNOSIS.pattern}|{STATED_REASON.pattern}", re.IGNORECASE)
+#: a message that names the setting its failure is about ("longer than the configured
+#: max.poll.interval.ms", "bigger than 'max_allowed_packet'"): where a long message says why
+SETTING_NAMED = re.compile(
+    r"\b(?:configured|than|exceeds?|exceeded|increas(?:e|ing)|rais(?:e|ing)|reduc(?:e|ing))\s+(?:the\s+)?['\"`]?"
+    r"[a-z][a-z0-9]*(?:[._][a-z0-9]+){1,}\b",
+    re.IGNORECASE,
+)
 #: a failure that is only a wait that ran out ("context deadline exceeded", "timed out"): the way
 #: any slowness or loss shows, which says nothing of its reason
 TIMED_OUT = re.compile(

@@ -83,6 +83,9 @@ TIED_TO_CHANGE = 3.0
 #: A change that explains the symptom this well (just before it, touching the setting such an
 #: error is about) is its cause, unless a candidate states a reason or is tied to a change as well.
 CHANGE_EXPLAINS = 6.0
+#: A subject's failure over before the reported time, this long before at most, may be what the
+#: report is about (a nightly job that failed, its alert in the morning).
+STALE_FAILURE = timedelta(hours=6)
 #: Shared words this rare (summed rarity) link a component to the symptom: a host, a dependency.
 SHARED_RARITY = 1.0
 
@@ -585,7 +588,9 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         causal = len(words & CAUSE_TERMS)
         value = 1.0 * min(causal, 3) - (1.0 if words & SYMPTOM_TERMS and not causal else 0.0)
         # A state row's time is when it was observed, not when the state began.
-        value += (0.0 if p.table else _onset_score(p, ev.symptom_began)) + (1.0 if p.rank >= 3 else 0.0)
+        # (a subject's failure over before the report, hours before it, is what it reports later)
+        onset = 0.0 if p.table else 1.5 if _failed_before(p, ev) else _onset_score(p, ev.symptom_began)
+        value += onset + (1.0 if p.rank >= 3 else 0.0)
         if _reports_elsewhere(p, blamed):
             value -= 1.0  # a proxy or client telling of its upstream's failure: a witness, not a cause
         elif set(p.services) & set(symptom.services):
@@ -623,7 +628,7 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         and p is not symptom
         and p.template != symptom.template
         and not restates(p)
-        and not p.outside_window
+        and not (p.outside_window and not _failed_before(p, ev))
         # the team's own documents say it is noise
         and not documented_noise(p, ev.noise)
         # a wait that ran out in the symptom's own service, naming no other: the symptom again
@@ -688,6 +693,22 @@ def _told_twice(p: Pattern, symptom: Pattern) -> bool:
     # (as many: a window's edge may cut one of a pair)
     alike = abs(p.count - symptom.count) <= max(1.0, 0.1 * symptom.count)
     return alike and abs(p.first - symptom.first) <= TOLD_TWICE and not stated_reason(p)
+
+
+def _failed_before(p: Pattern, ev: Evidence) -> bool:
+    """Whether the pattern is the subject's own failure in the hours before the reported time,
+    over before it: a job that failed in the night shows in the morning's alert, outside the
+    window read around it."""
+    reported = ev.reported
+    return bool(
+        reported is not None
+        and p.rank >= 3
+        and set(p.services) & ev.subject
+        and p.first is not None
+        and p.last is not None
+        and reported - STALE_FAILURE <= p.first
+        and p.last <= reported
+    )
 
 
 def _described_by(p: Pattern, asked: AbstractSet[str]) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 from harness.guards.quotes import normalise
 from harness.llm.offline.conversation import Conversation
 from harness.llm.offline.evidence import Pattern, excerpt, literal, named
-from harness.llm.offline.lexicon import ANY_REASON
+from harness.llm.offline.lexicon import ANY_REASON, SETTING_NAMED
 from harness.llm.offline.reasoning import Analysis, analyse
 from harness.text import has_cjk
 
@@ -119,7 +119,7 @@ def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[st
             )
         )  # fmt: skip
     # A row is quoted whole: its cells are not a message with variable parts.
-    cause_text = excerpt(c.example) if c.table else named(c.template, c.example, ANY_REASON)
+    cause_text = excerpt(c.example) if c.table else named(c.template, c.example, ANY_REASON, SETTING_NAMED)
     symptom_text = s_quote if s.table else literal(s.template) or s_quote
     change_text = ""
     if a.change is not None:
