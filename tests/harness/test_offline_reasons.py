@@ -393,3 +393,31 @@ def test_a_jobs_failure_hours_before_the_alert_is_what_the_alert_is_about() -> N
 
     assert_verified_diagnosis(run)
     assert "max_allowed_packet" in run.payload["root_cause"]
+
+
+def test_a_refused_loopback_address_is_what_a_change_to_localhost_explains() -> None:
+    lines = traffic(["edge-nginx", "social-app"])
+    lines += burst(
+        "edge-nginx", "ERROR", 121.0, 40,
+        'connect() failed (111: Connection refused) while connecting to upstream, upstream: "http://[::1]:8080/api"',
+        0.5,
+    )  # fmt: skip
+    sql = SqliteSqlSource(
+        {
+            "config_changes": (
+                ("id", "target", "summary", "changed_at"),
+                [
+                    (1, "certbot", "renewal key_type = ecdsa", sql_ts(100)),
+                    (2, "social site config", "backend address now localhost (docs example)", sql_ts(119)),
+                ],
+            )
+        }
+    )
+    run = diagnose(
+        "Since about 10:00 UTC edge-nginx answers 502 for the social app. What is the root cause?",
+        logs=InMemoryLogs(lines),
+        sql=sql,
+    )
+
+    assert_verified_diagnosis(run)
+    assert "localhost" in run.payload["root_cause"]

@@ -265,6 +265,8 @@ RELATED_SETTINGS: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
         (r"certificate\s+(has\s+)?expired|x509", "certificate cert tls renew"),
         (r"no\s+such\s+host|nxdomain|name\s+resolution", "dns coredns resolver"),
         (r"exceeded\s+quota", "quota resourcequota"),
+        # a connection to the loopback address: what "localhost" resolves to (::1 as well as 127.0.0.1)
+        (r"\[::1\]|(?<![\d.])127\.0\.0\.1(?![\d.])", "localhost"),
     ]
 )
 
