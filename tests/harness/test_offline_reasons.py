@@ -9,11 +9,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 from harness.inmemory import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
+from harness.llm.base import ToolDefinition
+from harness.llm.offline.conversation import Conversation, Observation
 from harness.llm.offline.evidence import MAX_QUOTE_CHARS, Pattern, named
 from harness.llm.offline.lexicon import ANY_REASON, SETTING_NAMED, STATED_REASON
+from harness.llm.offline.planning import plan
 from harness.llm.offline.reasoning import _reason_before_waits, documented_noise
 from harness.logs import log_template
 from harness.ports import KnowledgeChunk, LogLine, LogQuery
+from harness.tools.evidence import QUERY_LOGS
 from tests.harness.test_offline import assert_verified_diagnosis, diagnose
 from tests.harness.test_offline_reasoning import at, burst, sql_ts, traffic
 from tests.harness.test_offline_workloads import assert_fallback, no_tables
@@ -421,3 +425,38 @@ def test_a_refused_loopback_address_is_what_a_change_to_localhost_explains() -> 
 
     assert_verified_diagnosis(run)
     assert "localhost" in run.payload["root_cause"]
+
+
+def test_a_date_without_a_year_read_empty_once_reads_the_years_before_at_once() -> None:
+    question = "Since about 10:00 UTC on 1 December invoices from billing-api fail. What is the root cause?"
+    tools = {QUERY_LOGS: ToolDefinition(QUERY_LOGS, "", {})}
+    conv = Conversation(question=question, previous_turn=None, system="", tools=tools, tool_steps=2)
+    # the busy store's warnings are of 2030; that year's 1 December was read and held nothing
+    conv.observations.append(
+        Observation(
+            "c1",
+            QUERY_LOGS,
+            {"query": "", "level": "WARN", "limit": 100},
+            {
+                "total": 500,
+                "returned": 100,
+                "templates": [
+                    {
+                        "template": "disk quota exceeded on /data",
+                        "count": 500,
+                        "level": "ERROR",
+                        "services": ["other-api"],
+                        "first_ts": "2030-11-20T09:00:00Z",
+                        "last_ts": "2030-12-05T09:00:00Z",
+                        "example": "disk quota exceeded on /data",
+                    },
+                ],
+            },
+        )
+    )
+    empty = {"query": "", "level": "WARN", "start": "2030-12-01T09:00:00Z", "end": "2030-12-01T10:15:00Z", "limit": 100}
+    conv.observations.append(Observation("c2", QUERY_LOGS, empty, {"total": 0, "returned": 0}))
+
+    starts = [args["start"][:10] for tool, args in plan(conv) if tool == QUERY_LOGS and args.get("start")]
+
+    assert starts == ["2029-12-01", "2028-12-01", "2027-12-01", "2026-12-01"]

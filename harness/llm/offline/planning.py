@@ -12,13 +12,14 @@ Each step asks only what it has not asked before.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from harness.llm.offline.conversation import Conversation, sql_tables
-from harness.llm.offline.evidence import literal
+from harness.llm.offline.evidence import empty_windows, literal
 from harness.llm.offline.lexicon import CHANGE_TERMS, STATE_TERMS, TIME_COLUMN, terms
 from harness.llm.offline.reasoning import (
     CHANGE_GRACE,
@@ -31,6 +32,7 @@ from harness.llm.offline.reasoning import (
     gather,
     rank_causes,
 )
+from harness.llm.offline.when import YEARS_BACK, stated_time
 from harness.logs import workload_of
 from harness.text import has_cjk
 from harness.tools.evidence import LOOKUP_KNOWLEDGE, QUERY_LOGS, QUERY_MYSQL
@@ -121,7 +123,17 @@ def _window_calls(conv: Conversation, ev: Evidence) -> list[tuple[str, dict[str,
     """What else went wrong around the time the problem began: causes start shortly before."""
     if QUERY_LOGS not in conv.tools or ev.onset is None or _saw_every_warning(conv):
         return []
-    return [(QUERY_LOGS, _incident_window(ev.onset))]
+    calls = [(QUERY_LOGS, _incident_window(ev.onset))]
+    if conv.called(*calls[0]):
+        return []
+    stated = stated_time(conv.question)
+    if stated is not None and stated.day is None and stated.month_day is not None and empty_windows(conv):
+        # a date without a year whose day was read empty in one year: the years before it at
+        # once, rather than one a step (a store of many years would spend every step on them)
+        for back in range(1, YEARS_BACK + 1):
+            with contextlib.suppress(ValueError):  # 29 February
+                calls.append((QUERY_LOGS, _incident_window(ev.onset.replace(year=ev.onset.year - back))))
+    return calls
 
 
 def _listening_calls(conv: Conversation, ev: Evidence) -> list[tuple[str, dict[str, Any]]]:
