@@ -550,7 +550,8 @@ def test_incidents_unlike_the_demo_set_are_diagnosed(command_env: dict[str, str]
 PUBLIC = Path(__file__).resolve().parent / "public_incidents"
 #: the development set, then the held-out sets, each built after the run of the one before
 PUBLIC_SETS = [
-    PUBLIC / name / "scenarios" for name in ("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5")
+    PUBLIC / name / "scenarios"
+    for name in ("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6")
 ]
 PUBLIC_SCENARIOS = find_scenarios(PUBLIC_SETS)
 _NEEDS_A_SECOND_HOP = (
@@ -571,22 +572,25 @@ PUBLIC_KNOWN_FAILURES = {
         "window read is the dashboard's own earlier warning, and the ingress's 'too big header' lines "
         "an hour later are outside it"
     ),
-    "h3-balance-sync-commit-failed": (
-        "the consumer's poll timeout is named, but the setting it points to (max.poll.interval.ms) "
-        "is past the part of the long message the root cause quotes"
-    ),
     "h3-ios-kv-panic-after-restart": _NEEDS_A_SECOND_HOP + " (the line the regenerated config lacks)",
-    "h3-social-nginx-no-live-upstreams": (
-        "the proxy's refused connections go to [::1]; that this is what 'localhost' in the changed "
-        "proxy_pass resolves to is not read, and a scanner's 404s are taken instead"
-    ),
     "h4-billing-migrate-lock-wait-timeout": _NEEDS_A_SECOND_HOP + " (the bind that points at the default database)",
     "h4-entitlements-jwt-used-before-issued": (
         "the node whose clock was stepped back is not tied to the token errors, which carry no host"
     ),
-    "h5-geoip-import-max-allowed-packet": (
-        "the import failed at 02:02, two hours before the stale-data alert the question dates: the "
-        "window read around the alert does not hold the failure, and what it does not show is excluded"
+    # the sixth held-out set as its first run showed (after its tables' formats were fixed)
+    **{
+        name: f"first held-out run: the root cause does not name {phrase!r}"
+        for name, phrase in [
+            ("h6-checkout-vpc-cni-no-free-ip", "no free IP available"),
+            ("h6-clickstream-clickhouse-too-many-parts", "Too many parts"),
+            ("h6-llm-nats-max-payload", "maximum payload"),
+            ("h6-nodegroup-upgrade-pdb-blocks-drain", "disruption budget"),
+        ]
+    },
+    "h6-orders-mysql-replica-binlog-purged": "first held-out run: falls back, the purged binlog is not found",
+    **dict.fromkeys(
+        ["h6-orderhub-pulsar-send-timeout-nocause", "h6-portal-memcached-session-timeout-nocause"],
+        "first held-out run: expected a fallback, a cause is named",
     ),
 }
 
@@ -651,10 +655,14 @@ SHARED_KNOWN_FAILURES = {
         "expected a fallback; the question gives no time at all, and another incident's stated reason "
         "(the RabbitMQ memory alarm) is taken"
     ),
-    "booking-confirmer-lag": (
-        "another booking-api warning of the same day (a partner's rate limit) is taken as the cause "
-        "instead of the listener concurrency change"
+    "no-evidence-latency": (
+        "expected a fallback; the question says only 'since yesterday evening', and another "
+        "incident's failed readiness probe (of a workload also called search) is taken"
     ),
+    "h2-check-ingress-504-nocause": "expected a fallback; " + _NOT_EXAMINED,
+    "h3-nsfw-consumer-rejoins-nocause": "expected a fallback; " + _NOT_EXAMINED,
+    "h3-balance-sync-commit-failed": _NOT_EXAMINED,
+    "h3-social-nginx-no-live-upstreams": _NOT_EXAMINED,
     "ledger-worker-oomkilled": _SHARED_TEMPLATE,
     "profile-db-scaled-to-zero": _TABLES_NOT_READ + " (the maintenance steps that scaled profile-db to zero)",
     "renewal-db-credential-rotation": _TABLES_NOT_READ + " (the secret rotations)",
