@@ -12,7 +12,7 @@ from harness.inmemory import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
 from harness.llm.base import ToolDefinition
 from harness.llm.offline.conversation import Conversation, Observation
 from harness.llm.offline.evidence import MAX_QUOTE_CHARS, Pattern, named
-from harness.llm.offline.lexicon import ANY_REASON, SETTING_NAMED, STATED_REASON
+from harness.llm.offline.lexicon import ANY_REASON, ORCHESTRATOR_DIAGNOSIS, SETTING_NAMED, STATED_REASON
 from harness.llm.offline.planning import plan
 from harness.llm.offline.reasoning import _reason_before_waits, documented_noise
 from harness.logs import log_template
@@ -170,9 +170,17 @@ def test_full_stores_and_reached_limits_are_stated_reasons_and_a_rate_limiter_is
         "OOM command not allowed when used memory > 'maxmemory'",
         "failed to get CPU utilization: missing request for CPU",
         "x509: certificate signed by unknown authority",
+        "DB::Exception: Too many parts (300). Merges are processing significantly slower than inserts.",
+        "maximum payload exceeded: 1223632 vs 1048576",
     ]:
         assert STATED_REASON.search(reason), reason
-    for symptom in ["rate limit exceeded", "429 Too Many Requests", "request timed out after 5000 ms"]:
+    assert ORCHESTRATOR_DIAGNOSIS.search("Cannot evict pod as it would violate the pod's disruption budget.")
+    for symptom in [
+        "rate limit exceeded",
+        "429 Too Many Requests",
+        "request timed out after 5000 ms",
+        "giving up after too many retries",
+    ]:
         assert not STATED_REASON.search(symptom), symptom
 
 

@@ -582,9 +582,7 @@ PUBLIC_KNOWN_FAILURES = {
         name: f"first held-out run: the root cause does not name {phrase!r}"
         for name, phrase in [
             ("h6-checkout-vpc-cni-no-free-ip", "no free IP available"),
-            ("h6-clickstream-clickhouse-too-many-parts", "Too many parts"),
             ("h6-llm-nats-max-payload", "maximum payload"),
-            ("h6-nodegroup-upgrade-pdb-blocks-drain", "disruption budget"),
         ]
     },
     "h6-orders-mysql-replica-binlog-purged": "first held-out run: falls back, the purged binlog is not found",

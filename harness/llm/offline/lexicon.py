@@ -172,7 +172,8 @@ ORCHESTRATOR_DIAGNOSIS = re.compile(
     r"\bunable\s+to\s+(attach\s+or\s+)?mount\b|\bevicted\b|\bnode\s+was\s+low\s+on\s+resource\b|"
     r"\b(disk|memory|pid)\s*pressure\b|\bcreate\s*container\s*config\s*error\b|"
     r"\bcouldn'?t\s+find\s+key\b|\b(configmaps?|secrets?)\s+\"?[\w.-]+\"?\s+not\s+found\b|"
-    r"\bunbound\s+(immediate\s+)?persistent\s*volume\s*claims?\b|\bpersistent\s*volume\s*claim\s+\"?[\w.-]+\"?\s+not\s+found\b",
+    r"\bunbound\s+(immediate\s+)?persistent\s*volume\s*claims?\b|\bpersistent\s*volume\s*claim\s+\"?[\w.-]+\"?\s+not\s+found\b|"
+    r"\bwould\s+violate\s+the\s+pod'?s\s+disruption\s+budget\b",
     re.IGNORECASE,
 )
 #: a server inside a container that listens on its loopback address only: whatever connects to
@@ -188,6 +189,10 @@ STATED_REASON = re.compile(
     r"\bcannot\s+allocate\s+memory\b|\btoo\s+many\s+open\s+files\b|\baddress\s+already\s+in\s+use\b|"
     r"\bpermission\s+denied\b|\boperation\s+not\s+permitted\b|\bno\s+such\s+file\s+or\s+directory\b|"
     r"\btoo\s+many\s+(?:clients|connections)\b|\bremaining\s+connection\s+slots\s+are\s+reserved\b|"
+    # a server's own limit on how many or how big ("Too many parts", "maximum payload exceeded");
+    # not a rate limiter's "Too Many Requests", which is its symptom
+    r"\btoo\s+many\s+(?!requests?\b|retries\b|restarts\b)[a-z]{3,}\b|"
+    r"\bmaximum\s+(?:payload|message\s+size|packet\s+size|request\s+size)\s+exceeded\b|\bpayload\s+too\s+large\b|"
     r"\bcertificate\s+(?:has\s+)?expired\b|\bdisk\s+quota\s+exceeded\b|"
     # a name that does not resolve, as resolvers and the programs asking them say it
     r"\bhost\s+not\s+found\b|\bno\s+such\s+host\b|\bname\s+or\s+service\s+not\s+known\b|\bnxdomain\b|"
