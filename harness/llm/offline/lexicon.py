@@ -205,7 +205,6 @@ STATED_REASON = re.compile(
     # a setting or a field the program needs and was not given
     r"\bmissing\s+(?:required\s+)?(?:request|limit|field|key|value|setting|config(?:uration)?|parameter|"
     r"argument|header|secret|permission|scope|role|column|table|index|file)s?\b|"
-    # a setting the program needs and was not given
     r"\b(?:environment\s+variable|variable|setting|option|parameter|password|key)\s+\S+\s+is\s+"
     r"(?:not\s+(?:set|specified|defined)|undefined)\b|\bmust\s+(?:specify|set|provide)\b|"
     # a service with no pod behind it

@@ -428,7 +428,7 @@ def _linked(
     for p in patterns:
         if p.rank >= 2 and set(p.services) & subject:
             parts = related_components(f"{p.template} {p.example}")
-            linked.update(s for s in known if any(part in s.lower() for part in parts))
+            linked.update(s for s in known if _names_component(s, parts))
     for sentence in documented if subject else []:
         text = sentence.lower()
         if any(_mentions(text, s) for s in subject):
@@ -508,6 +508,16 @@ def _reports_elsewhere(p: Pattern, blamed: set[str]) -> bool:
     return bool(_UPSTREAM.search(text)) or any(s.lower() in text for s in blamed if s not in p.services)
 
 
+def _names_component(service: str, parts: Sequence[str]) -> bool:
+    """Whether the service's name holds one of ``parts`` (``coredns`` holds "dns")."""
+    return any(part in service.lower() for part in parts)
+
+
+def _of_components(p: Pattern, parts: Sequence[str]) -> bool:
+    """Whether the pattern is of a component whose name holds one of ``parts``."""
+    return any(_names_component(s, parts) for s in p.services)
+
+
 def noise_notes(conv: Conversation, about: AbstractSet[str]) -> tuple[str, ...]:
     """The sentences of the retrieved documents that say what is noise ("Known noise: …", a
     "Known noise" section, "harmless"), from documents about ``about`` (another system's noise
@@ -545,12 +555,11 @@ def documented_noise(p: Pattern, notes: Sequence[str]) -> bool:
     text = f"{p.template} {p.example}".lower()
     words = p.words | salient(p.example)
     for note in notes:
-        for named, item in _noise_items(note):
+        for named, said in _noise_items(note):
             if named:
                 if all(q in text for q in named):
                     return True
                 continue
-            said = salient(_ASIDE.sub(" ", item))
             if len(said) >= 3 and len(said & words) >= math.ceil(0.6 * len(said)):
                 return True
     return False
@@ -559,14 +568,19 @@ def documented_noise(p: Pattern, notes: Sequence[str]) -> bool:
 _HELD = re.compile(r"\x00(\d+)\x00")
 
 
-def _noise_items(note: str) -> list[tuple[list[str], str]]:
-    """The items a note lists, each with the quotes it holds (lower-cased): a quote is kept whole
-    while the note is split, whatever punctuation it holds."""
+@functools.lru_cache(maxsize=1024)
+def _noise_items(note: str) -> tuple[tuple[tuple[str, ...], frozenset[str]], ...]:
+    """The items a note lists, each with the quotes it holds (lower-cased) and the words it says
+    outside them and its asides: a quote is kept whole while the note is split, whatever
+    punctuation it holds. Read once per note, however many patterns are held against it."""
     quotes = [next(g for g in m.groups() if g).lower() for m in _QUOTED.finditer(note)]
     numbered = iter(range(len(quotes)))
     held = _QUOTED.sub(lambda _m: f" \x00{next(numbered)}\x00 ", note)
     items = _ITEM_BREAK.split(NOISE_CUE.sub(" ", held))
-    return [([quotes[int(i)] for i in _HELD.findall(item)], _HELD.sub(" ", item)) for item in items]
+    return tuple(
+        (tuple(quotes[int(i)] for i in _HELD.findall(item)), salient(_ASIDE.sub(" ", _HELD.sub(" ", item))))
+        for item in items
+    )
 
 
 def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
@@ -859,14 +873,14 @@ def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
             behind = [
                 (v, p)
                 for v, p in ranked
-                if any(part in s.lower() for s in p.services for part in parts)
-                and p.first is not None
-                and p.first <= symptom.first
+                if _of_components(p, parts) and p.first is not None and p.first <= symptom.first
             ]
+            first = {id(p) for _, p in behind}
             ranked = sorted(behind, key=lambda vp: (-vp[1].rank, -vp[0])) + [
                 (v, p)
                 for v, p in ranked
-                if explains_itself(p)
+                if id(p) not in first
+                and explains_itself(p)
                 and (
                     p.first is None
                     or p.table
@@ -883,27 +897,18 @@ def analyse(conv: Conversation, ev: Evidence | None = None) -> Analysis:
                 # what such a failure depends on (the cluster resolver, for a name that does not
                 # resolve).
                 topic = salient(told)
-                parts = related_components(f"{symptom.template} {symptom.example}")
                 ranked = [
                     (v, p)
                     for v, p in ranked
-                    if salient(stated_reason(p) or p.template) & topic
-                    or any(part in s.lower() for s in p.services for part in parts)
+                    if salient(stated_reason(p) or p.template) & topic or _of_components(p, parts)
                 ]
-            # (told by another service: the same words in the symptom's own are the symptom again)
             if not behind:
-                ranked.sort(
-                    key=lambda vp: (
-                        -(
-                            vp[0]
-                            + (
-                                2.0
-                                if told and stated_reason(vp[1]) == told and set(vp[1].services) - set(symptom.services)
-                                else 0.0
-                            )
-                        )
-                    )
-                )
+                # (told by another service: the same words in the symptom's own are the symptom again)
+                def told_elsewhere(p: Pattern) -> float:
+                    same = told and stated_reason(p) == told and set(p.services) - set(symptom.services)
+                    return 2.0 if same else 0.0
+
+                ranked.sort(key=lambda vp: -(vp[0] + told_elsewhere(vp[1])))
             if ev.subject and set(symptom.services) & ev.subject and ORCHESTRATOR_DIAGNOSIS.search(symptom.template):
                 # The orchestrator says why the workload asked about is down ("Insufficient cpu"):
                 # only what that workload depends on can say more, not a stranger sharing a word.
