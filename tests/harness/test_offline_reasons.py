@@ -16,7 +16,7 @@ from harness.llm.offline.lexicon import ANY_REASON, ORCHESTRATOR_DIAGNOSIS, SETT
 from harness.llm.offline.planning import plan
 from harness.llm.offline.reasoning import _reason_before_waits, documented_noise
 from harness.logs import log_template
-from harness.ports import KnowledgeChunk, LogLine, LogQuery
+from harness.ports import KnowledgeChunk, LogLine, LogQuery, Scalar
 from harness.tools.evidence import QUERY_LOGS
 from tests.harness.test_offline import assert_verified_diagnosis, diagnose
 from tests.harness.test_offline_reasoning import at, burst, sql_ts, traffic
@@ -29,6 +29,12 @@ PROBE = 'Unhealthy: Readiness probe failed: Get "http://10.1.4.17:10254/healthz"
 def on_logs(question: str, lines: list[LogLine]) -> object:
     """The run of ``question`` over these log lines, with no change recorded."""
     return diagnose(question, logs=InMemoryLogs(lines), sql=no_tables())
+
+
+def config_changes(*rows: tuple[Scalar, ...]) -> SqliteSqlSource:
+    """A config_changes table: (id, target, config_key, old_value, new_value, changed_at)."""
+    columns = ("id", "target", "config_key", "old_value", "new_value", "changed_at")
+    return SqliteSqlSource({"config_changes": (columns, list(rows))})
 
 
 def on_host(lines: list[LogLine], host: str) -> list[LogLine]:
@@ -99,16 +105,9 @@ def test_a_change_to_the_setting_an_error_is_about_explains_it() -> None:
         2.0,
     )  # fmt: skip
     lines += burst("auth-api", "WARN", 100.0, 4, "session store command slow, retrying", 3.0)
-    sql = SqliteSqlSource(
-        {
-            "config_changes": (
-                ("id", "target", "config_key", "old_value", "new_value", "changed_at"),
-                [
-                    (1, "auth-api", "BCRYPT_COST", "10", "12", sql_ts(60)),
-                    (2, "ingress-nginx", "upstream-keepalive-timeout", "4", "60", sql_ts(118)),
-                ],
-            )
-        }
+    sql = config_changes(
+        (1, "auth-api", "BCRYPT_COST", "10", "12", sql_ts(60)),
+        (2, "ingress-nginx", "upstream-keepalive-timeout", "4", "60", sql_ts(118)),
     )
     run = diagnose(
         "Since about 10:00 UTC some logins through ingress-nginx fail with 502. What is the root cause?",
@@ -345,14 +344,7 @@ def test_what_the_question_tells_of_is_not_its_own_cause() -> None:
     lines = traffic(["notifier", "rabbitmq"])
     lines += burst("rabbitmq", "WARN", 121.0, 16, "closing AMQP connection <0.{i}.62> (10.0.0.5:5672 -> notifier)", 1.5)
     lines += burst("notifier", "ERROR", 121.1, 16, "Connection shutdown: AMQP close-reason, reconnecting", 1.5)
-    sql = SqliteSqlSource(
-        {
-            "config_changes": (
-                ("id", "target", "config_key", "old_value", "new_value", "changed_at"),
-                [(1, "rabbitmq", "amqp connection collect_statistics_interval", "5000", "10000", sql_ts(118))],
-            )
-        }
-    )
+    sql = config_changes((1, "rabbitmq", "amqp connection collect_statistics_interval", "5000", "10000", sql_ts(118)))
     run = diagnose(
         "Since about 10:00 UTC notifier logs a connection shutdown and reconnects: RabbitMQ keeps closing its AMQP "
         "connections. What is the root cause?",
