@@ -65,11 +65,16 @@ _MAX_TS = datetime(2999, 12, 31, 23, 59, 59, tzinfo=UTC)
 #: Level words as log files write them: the names and aliases every source knows
 #: (:mod:`harness.logs`), and what particular formats add (log4j and java.util.logging,
 #: syslog's severities, Python's ``information``…).
+#: short level marks, taken for a level only in capitals or marked off (``[INF]``, ``dbug:``):
+#: nats-server's ``[INF]``/``[WRN]``/``[TRC]``/``[FTL]``, .NET's ``dbug``/``trce``
+_MARKS = {**dict.fromkeys(("trc", "dbug", "trce"), "DEBUG"), "inf": "INFO", "wrn": "WARN", "ftl": "FATAL"}
 _LEVEL_WORDS = {
     **{name.lower(): name for name in LEVELS},
     **{alias.lower(): name for alias, name in LEVEL_ALIASES.items()},
     **dict.fromkeys(("dbg", "verbose", "fine", "finer", "finest"), "DEBUG"),
     **dict.fromkeys(("information", "informational", "notice"), "INFO"),
+    # three- and four-letter marks: nats-server's ``[INF]``/``[WRN]``/``[TRC]``/``[FTL]``, .NET's ``dbug``/``trce``
+    **_MARKS,
     "severe": "ERROR",
     "log": "INFO",  # PostgreSQL's level of its ordinary messages
     **dict.fromkeys(("note", "system"), "INFO"),  # MySQL's
@@ -240,7 +245,7 @@ def _parse_text(line: str, default_service: str, now: datetime) -> ParsedLine:
     if (prefix := _KUBECTL_PREFIX.match(line)) is not None:
         inner = _parse_text(prefix["rest"], workload_of(prefix["pod"]), now)
         return replace(inner, attributes={**inner.attributes, "pod": prefix["pod"], "container": prefix["container"]})
-    for parser in (_from_monolog, _from_rfc5424, _from_syslog, _from_klog, _from_redis):
+    for parser in (_from_monolog, _from_ruby, _from_rfc5424, _from_syslog, _from_klog, _from_redis):
         parsed = parser(line, default_service, now)
         if parsed is not None:
             return parsed
@@ -562,6 +567,8 @@ def _from_iso(line: str, default_service: str) -> ParsedLine | None:
     inner = _record_after_time(rest, ts, default_service)
     if inner is not None:
         return inner
+    if (ruby := _RUBY.match(rest)) is not None:
+        return _ruby_entry(ts, ruby, default_service)
     attributes: dict[str, Any] = {}
     if (first := _LEVEL_THEN_TIME.match(rest)) is not None and (level := normalise_level(first["lvl"])):
         return _entry(ts, default_service, level, first["msg"], attributes)  # Django's "verbose" format
@@ -572,6 +579,8 @@ def _from_iso(line: str, default_service: str) -> ParsedLine | None:
     if (pid := _PID_FIRST.match(rest)) is not None:
         attributes.update({k: v for k, v in pid.groupdict().items() if v is not None})
         rest = rest[pid.end() :]
+        if (own := _INNER_TIME.match(rest)) is not None and own.end() < len(rest):
+            rest = rest[own.end() :]  # nats-server: ``[1] 2030/06/11 12:58:00.000000 [INF] …``
     service, level, message = _service_level_message(rest)
     if level is not None and (spring := _SPRING_TAIL.match(message)) is not None:
         attributes.update(pid=spring["pid"], thread=spring["thread"], logger=spring["logger"])
@@ -702,9 +711,30 @@ def _level_of(m: re.Match[str]) -> str | None:
     """The level of a matched level token. A capitalised word (``Error connecting …``) begins a
     message rather than naming a level, unless it is bracketed or followed by a colon."""
     word = m["lvl"]
+    if word.lower() in _MARKS and not word.isupper() and m["tok"] == word:
+        return None  # "inf loop detected": a word, not nats-server's mark
     if word.isupper() or word.islower() or m["tok"] != word:
         return normalise_level(word)
     return None
+
+
+#: Ruby's Logger (Rails): ``W, [2030-02-05T06:55:14.357897 #1]  WARN -- progname: message``
+_RUBY = re.compile(
+    rf"^[DIWEFA], \[(?P<ts>{_ISO}) #(?P<pid>\d+)\]\s+(?P<lvl>DEBUG|INFO|WARN|ERROR|FATAL|ANY) -- (?P<prog>[^:]*): ?"
+    r"(?P<msg>.*)$",
+    re.S,
+)
+
+
+def _from_ruby(line: str, default_service: str, _now: datetime) -> ParsedLine | None:
+    m = _RUBY.match(line)
+    return _ruby_entry(_timestamp(m["ts"]), m, default_service) if m is not None else None
+
+
+def _ruby_entry(ts: datetime, m: re.Match[str], default_service: str) -> ParsedLine:
+    """A Ruby Logger line at ``ts``; its program name is an attribute (Rails leaves it empty)."""
+    attributes = {"pid": m["pid"], **({"progname": m["prog"].strip()} if m["prog"].strip() else {})}
+    return _entry(ts, default_service, normalise_level(m["lvl"]), m["msg"], attributes)
 
 
 def _from_monolog(line: str, default_service: str, _now: datetime) -> ParsedLine | None:
@@ -820,6 +850,23 @@ _WRAPPED = re.compile(r"^[ \t]+(?!at |File |\.\.\. |Caused by|Traceback)[A-Za-z\
 _STAMPED = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z(?: (?P<body>.*))?$", re.S)
 
 
+#: the plain sentence a message ending in a colon announces, on a line of its own
+_ANNOUNCED = re.compile(r"^[A-Za-z][^\n]{0,300}$")
+
+
+def _announces(pending: ParsedLine, body: str, parsed: ParsedLine | str) -> bool:
+    """Whether ``body`` is the detail that ``pending``'s message, ending in a colon, announced:
+    a plain sentence with no level, time or fields of its own."""
+    return (
+        pending.message.rstrip().endswith(":")
+        and isinstance(parsed, ParsedLine)
+        and not parsed.level_stated
+        and not parsed.attributes
+        and parsed.message == body.strip()
+        and _ANNOUNCED.match(body.strip()) is not None
+    )
+
+
 def open_log(path: str | Path) -> io.BufferedIOBase:
     """The file as a binary stream, decompressed when its name ends in ``.gz``."""
     path = Path(path)
@@ -915,6 +962,12 @@ def parse_stream(
                 folded.append(body.rstrip())
                 continue
             parsed = _parse(text, default_service=default_service, now=now, max_chars=max_line_bytes)
+            if pending is not None and not folded and _announces(pending, body, parsed):
+                # "closing AMQP connection <0.145.62> (… -> …):" then "missed heartbeats from
+                # client, timeout: 60s": the line it announced is the rest of its message
+                message = f"{pending.message} {body.strip()}"[:MAX_MESSAGE_CHARS]
+                pending = replace(pending, message=message)
+                continue
             result = parsed
             if isinstance(parsed, ParsedLine):
                 result = replace(parsed, line_number=number)

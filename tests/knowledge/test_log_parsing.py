@@ -375,6 +375,26 @@ def test_an_event_seen_many_times_is_read_at_its_first_and_its_last_time(tmp_pat
             ("svc", "FATAL", 'password authentication failed for user "app"', {"pid": "57"}),
             id="postgres-fatal",
         ),
+        pytest.param(
+            "2026-11-30T10:02:00Z W, [2026-11-30T10:01:59.357897 #1]  WARN -- : [ReplicaFreshness] serving stale data",
+            ("svc", "WARN", "[ReplicaFreshness] serving stale data", {"pid": "1"}),
+            id="ruby-logger",
+        ),
+        pytest.param(
+            "E, [2026-11-30T10:02:00.000000 #12] ERROR -- sidekiq: job failed",
+            ("svc", "ERROR", "job failed", {"pid": "12", "progname": "sidekiq"}),
+            id="ruby-logger-alone",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00Z [1] 2026/11/30 10:01:59.000000 [WRN] Slow Consumer Detected",
+            ("svc", "WARN", "Slow Consumer Detected", {"pid": "1"}),
+            id="nats-server",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00Z [1] 2026/11/30 10:01:59.000000 [INF] Starting nats-server",
+            ("svc", "INFO", "Starting nats-server", {"pid": "1"}),
+            id="nats-server-info",
+        ),
     ],
 )
 def test_a_containers_own_line_after_the_kubectl_time(text: str, expected: tuple[Any, ...]) -> None:
@@ -382,6 +402,31 @@ def test_a_containers_own_line_after_the_kubectl_time(text: str, expected: tuple
     assert line.ts == T
     assert (line.service, line.level, line.message, dict(line.attributes)) == expected
     assert line.level_stated
+
+
+def test_a_message_ending_in_a_colon_takes_the_plain_line_it_announces(tmp_path: Path) -> None:
+    path = tmp_path / "rabbitmq-0.log"
+    path.write_text(
+        "2026-11-30T10:02:00.000001Z 2026-11-30 10:02:00.000 [error] <0.145.62> closing AMQP connection "
+        "<0.145.62> (10.42.5.160:56444 -> 10.42.8.124:5672):\n"
+        "2026-11-30T10:02:00.000002Z missed heartbeats from client, timeout: 60s\n"
+        "2026-11-30T10:02:01.000000Z 2026-11-30 10:02:01.000 [info] <0.146.62> settings:\n"
+        '2026-11-30T10:02:01.000001Z {"level":"warn","msg":"a record of its own"}\n'
+        "2026-11-30T10:02:02.000000Z 2026-11-30 10:02:02.000 [info] <0.147.62> accepting AMQP connection\n"
+        "2026-11-30T10:02:03.000000Z a line of its own\n"
+    )
+    entries = [e for e in parse_file(path, default_service="rabbitmq", now=NOW) if isinstance(e, ParsedLine)]
+    assert [(e.level, e.message) for e in entries] == [
+        (
+            "ERROR",
+            "<0.145.62> closing AMQP connection <0.145.62> (10.42.5.160:56444 -> 10.42.8.124:5672): "
+            "missed heartbeats from client, timeout: 60s",
+        ),
+        ("INFO", "<0.146.62> settings:"),  # a record of its own is not the rest of the message
+        ("WARN", "a record of its own"),
+        ("INFO", "<0.147.62> accepting AMQP connection"),  # (no colon: announces nothing)
+        ("INFO", "a line of its own"),
+    ]
 
 
 def test_kubectl_timestamps_keep_a_stack_trace_and_a_note_with_their_entry(tmp_path: Path) -> None:
@@ -546,6 +591,9 @@ def test_an_events_object_names_its_workload_by_its_kind(kind: str, name: str, w
         ("panic", "FATAL"),
         ("alert", "FATAL"),
         ("emerg", "FATAL"),
+        ("[WRN]", "WARN"),
+        ("INF", "INFO"),
+        ("dbug", "DEBUG"),
         ("FATAL", "FATAL"),
         (30, "INFO"),
         ("60", "FATAL"),
@@ -895,6 +943,12 @@ def test_offsets_other_than_utc_in_a_file(tmp_path: Path) -> None:
     path = write(tmp_path / "tz.log", f"{local.isoformat()} ERROR svc-a x\n".encode())
     (line,) = parse_file(path)
     assert isinstance(line, ParsedLine) and line.ts == T
+
+
+def test_a_short_level_mark_in_lower_case_begins_a_message() -> None:
+    line = parsed("2026-11-30T10:02:00Z inf loop detected in rule set 4")
+    assert (line.level, line.message) == ("INFO", "inf loop detected in rule set 4")
+    assert not line.level_stated
 
 
 def test_a_postgres_syslog_line_keeps_its_level_after_the_sequence_number() -> None:
