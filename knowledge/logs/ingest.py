@@ -287,9 +287,9 @@ _GENERIC_NAMES = frozenset(
 
 
 def service_of_file(path: Path) -> str:
-    """The service a log file's name names, for its lines that name none: ``checkout-api.log``
-    and ``checkout-api-7d9f8b6c5d-xk2p9.log.gz`` → ``checkout-api``, as ``kubectl logs … >
-    <pod>.log`` saves them; a generic name (``events.jsonl``, ``app.log``, ``stdout.txt``) names
+    """The service a log file's name names, for its lines that name none: ``checkout-api.log``,
+    ``checkout-api-7d9f8b6c5d-xk2p9.log.gz`` and ``checkout-api-7d9f8b6c5d-xk2p9.istio-proxy.log``
+    → ``checkout-api``, as ``kubectl logs … > <pod>.log`` saves them; a generic name (``events.jsonl``, ``app.log``, ``stdout.txt``) names
     none, and its lines are ``unknown``."""
     stem = path.name.lower()
     while (suffix := Path(stem).suffix) and suffix in (*LOG_SUFFIXES, ".ndjson", ".out", ".err"):
@@ -297,6 +297,10 @@ def service_of_file(path: Path) -> str:
     stem = re.sub(r"[-_.](?:\d{4}-?\d{2}-?\d{2}(?:t?\d{2,6})?|\d+|current|previous|prev|old)$", "", stem)
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,99}", stem) or stem in _GENERIC_NAMES:
         return UNKNOWN_SERVICE
+    # ``<pod>.<container>.log``, as ``kubectl logs <pod> -c <container>`` is often saved: the pod's workload
+    pod, dot, _container = stem.partition(".")
+    if dot and workload_of(pod) != pod:
+        return workload_of(pod)
     return workload_of(stem)
 
 

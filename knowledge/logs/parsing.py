@@ -266,7 +266,8 @@ _ERROR_KEYS = ("error", "err", "error.message", "exception")
 #: Java or Go program is a class or component inside it)
 _LOGGER_KEYS = ("logger", "logger_name")
 _LEVEL_KEYS = ("level", "severity", "lvl", "log.level", "levelname", "loglevel")
-_MESSAGE_KEYS = ("message", "msg", "log", "event")
+#: (``content`` is go-zero's, and read only when none of the others is there)
+_MESSAGE_KEYS = ("message", "msg", "log", "event", "content")
 
 
 # NaN/Infinity are kept as strings: they are not JSON, and MariaDB refuses them.
@@ -569,6 +570,9 @@ def _from_iso(line: str, default_service: str) -> ParsedLine | None:
         return inner
     if (ruby := _RUBY.match(rest)) is not None:
         return _ruby_entry(ts, ruby, default_service)
+    if (celery := _CELERY.match(rest)) is not None:
+        level = normalise_level(celery["lvl"])
+        return _entry(ts, default_service, level, celery["msg"], {"process": celery["process"]})
     attributes: dict[str, Any] = {}
     if (first := _LEVEL_THEN_TIME.match(rest)) is not None and (level := normalise_level(first["lvl"])):
         return _entry(ts, default_service, level, first["msg"], attributes)  # Django's "verbose" format
@@ -724,6 +728,10 @@ _RUBY = re.compile(
     r"(?P<msg>.*)$",
     re.S,
 )
+
+
+#: Celery's worker line: ``[2031-05-21 02:06:09,428: WARNING/ForkPoolWorker-3] message``
+_CELERY = re.compile(rf"^\[(?P<ts>{_ISO}):\s(?P<lvl>[A-Z]+)/(?P<process>[^\]]+)\]\s(?P<msg>.*)$", re.S)
 
 
 def _from_ruby(line: str, default_service: str, _now: datetime) -> ParsedLine | None:

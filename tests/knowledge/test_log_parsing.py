@@ -386,6 +386,17 @@ def test_an_event_seen_many_times_is_read_at_its_first_and_its_last_time(tmp_pat
             id="ruby-logger-alone",
         ),
         pytest.param(
+            '2026-11-30T10:02:00Z {"@timestamp":"2026-11-30T10:01:59.980+00:00","caller":"logic/list.go:61",'
+            '"content":"rpc error: code = ResourceExhausted","level":"error"}',
+            ("svc", "ERROR", "rpc error: code = ResourceExhausted", {"caller": "logic/list.go:61"}),
+            id="go-zero",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00Z [2026-11-30 10:01:59,428: CRITICAL/MainProcess] Unrecoverable error: x",
+            ("svc", "FATAL", "Unrecoverable error: x", {"process": "MainProcess"}),
+            id="celery",
+        ),
+        pytest.param(
             "2026-11-30T10:02:00Z [1] 2026/11/30 10:01:59.000000 [WRN] Slow Consumer Detected",
             ("svc", "WARN", "Slow Consumer Detected", {"pid": "1"}),
             id="nats-server",

@@ -139,6 +139,8 @@ def test_the_command_prints_the_report_with_line_numbers(tmp_path: Path) -> None
     [
         ("checkout-api.log", "checkout-api"),
         ("checkout-api-7d9f8b6c5d-xk2p9.log.gz", "checkout-api"),  # kubectl logs <pod> > <pod>.log
+        ("checkout-api-7d9f8b6c5d-xk2p9.istio-proxy.log", "checkout-api"),  # … -c <container> > <pod>.<container>.log
+        ("nginx-proxy.docker.log", "nginx-proxy.docker"),  # not a pod's name: the name as it is
         ("ledger_worker.2026-11-30.txt", "ledger_worker"),
         ("nightly-export.1.log", "nightly-export"),
         ("events.jsonl", "unknown"),
