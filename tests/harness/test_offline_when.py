@@ -64,6 +64,15 @@ def test_a_time_without_a_date_takes_the_day_with_the_most_evidence_around_it() 
     assert resolve(StatedTime(19, 30), seen) == _at(8, 19, 30)
 
 
+def test_a_time_without_a_date_weighs_each_line_by_how_much_of_the_question_it_says() -> None:
+    # two lines around 10:00 on the 8th, one on the 9th that says three times as much of what
+    # the question describes
+    seen = [_at(8, 9, 50), _at(8, 10, 10), _at(9, 10, 5)]
+
+    assert resolve(StatedTime(10, 0), seen) == _at(8, 10, 0)
+    assert resolve(StatedTime(10, 0), seen, weights=[1.0, 1.0, 3.0]) == _at(9, 10, 0)
+
+
 def test_a_time_far_from_all_evidence_is_not_guessed() -> None:
     assert resolve(StatedTime(3, 0), [_at(9, 12), _at(9, 13)]) is None
     assert resolve(StatedTime(3, 0), []) is None

@@ -34,7 +34,8 @@ def system_chat(question: str) -> str:
     return _CAPABILITIES_ZH if zh else _CAPABILITIES_EN
 
 
-_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+#: a sentence ends after its stop, not after an ellipsis (`Ignored ... unknown property` goes on)
+_SENTENCE = re.compile(r"(?<=[.!?。！？])(?<!\.\.\.)\s+|\n+")
 
 
 def sentences(text: str) -> list[str]:

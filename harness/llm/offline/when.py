@@ -106,13 +106,17 @@ def stated_time(question: str) -> StatedTime | None:
 
 
 def resolve(
-    stated: StatedTime, seen: Sequence[datetime], empty: Sequence[tuple[datetime, datetime]] = ()
+    stated: StatedTime,
+    seen: Sequence[datetime],
+    empty: Sequence[tuple[datetime, datetime]] = (),
+    weights: Sequence[float] = (),
 ) -> datetime | None:
     """The stated time as a UTC instant, its missing year or day taken from the evidence's
-    timestamps ``seen``: the candidate with the most evidence around it, the latest on a tie (a
-    day without a year not after all the evidence, when it can be). A candidate inside one of the
-    ``empty`` windows (read, and holding no warning at all) is not the day: a date without a year
-    is then taken a year earlier."""
+    timestamps ``seen``: the candidate with the most evidence around it (each time counted by its
+    weight, 1 when ``weights`` gives none: how much of what the question describes its line
+    says), the latest on a tie (a day without a year not after all the evidence, when it can
+    be). A candidate inside one of the ``empty`` windows (read, and holding no warning at all)
+    is not the day: a date without a year is then taken a year earlier."""
     if stated.day is not None:
         return stated.on(stated.day)
     if not seen:
@@ -134,10 +138,11 @@ def resolve(
         candidates = [d for d in candidates if not _inside(stated.on(d), empty)]
     else:
         candidates = sorted({d + timedelta(days=k) for d in days for k in (-1, 0, 1)})
-    best: tuple[int, datetime] | None = None
+    weighed = list(zip(seen, [*weights, *[1.0] * (len(seen) - len(weights))], strict=True))
+    best: tuple[float, datetime] | None = None
     for day_ in candidates:
         at = stated.on(day_)
-        near = sum(1 for ts in seen if abs(ts - at) <= _NEAR)
+        near = sum(weight for ts, weight in weighed if abs(ts - at) <= _NEAR)
         if best is None or near >= best[0]:
             best = (near, at)
     if best is None or (stated.month_day is None and best[0] == 0):
