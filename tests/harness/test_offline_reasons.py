@@ -171,6 +171,11 @@ def test_full_stores_and_reached_limits_are_stated_reasons_and_a_rate_limiter_is
         "x509: certificate signed by unknown authority",
         "DB::Exception: Too many parts (300). Merges are processing significantly slower than inserts.",
         "maximum payload exceeded: 1223632 vs 1048576",
+        "grpc: received message larger than max (4561623 vs. 4194304)",
+        "WARNING: [pool www] server reached pm.max_children setting (8), consider raising it",
+        "Code: 503. Errors: * Vault is sealed",
+        "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout value used: 1800000 ms",
+        "upstream sent too big header while reading response header from upstream",
     ]:
         assert STATED_REASON.search(reason), reason
     assert ORCHESTRATOR_DIAGNOSIS.search("Cannot evict pod as it would violate the pod's disruption budget.")
@@ -179,6 +184,8 @@ def test_full_stores_and_reached_limits_are_stated_reasons_and_a_rate_limiter_is
         "429 Too Many Requests",
         "request timed out after 5000 ms",
         "giving up after too many retries",
+        "reached the checkout page",
+        "response larger than usual",
     ]:
         assert not STATED_REASON.search(symptom), symptom
 

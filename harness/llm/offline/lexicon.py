@@ -193,6 +193,13 @@ STATED_REASON = re.compile(
     # not a rate limiter's "Too Many Requests", which is its symptom
     r"\btoo\s+many\s+(?!requests?\b|retries\b|restarts\b)[a-z]{3,}\b|"
     r"\bmaximum\s+(?:payload|message\s+size|packet\s+size|request\s+size)\s+exceeded\b|\bpayload\s+too\s+large\b|"
+    r"\b(?:message|payload|request|response|packet|frame)\s+(?:is\s+)?larger\s+than\s+(?:the\s+)?max(?:imum)?\b|"
+    # a broker's own limit on how long a delivery may go unacknowledged (RabbitMQ's consumer_timeout)
+    r"\bdelivery\s+acknowledge?ment\s+(?:on\s+channel\s+\S+\s+)?timed\s+out\b|"
+    # a secrets store that cannot decrypt what it holds until it is unsealed
+    r"\b(?:vault\s+|server\s+|store\s+)?is\s+sealed\b|"
+    # a header bigger than the proxy's buffer or the server's limit for it
+    r"\btoo\s+big\s+header\b|\bheaders?\s+(?:is\s+|are\s+)?too\s+(?:large|big|long)\b|\bheader\s+or\s+cookie\s+too\s+large\b|"
     r"\bcertificate\s+(?:has\s+)?expired\b|\bdisk\s+quota\s+exceeded\b|"
     # a name that does not resolve, as resolvers and the programs asking them say it
     r"\bhost\s+not\s+found\b|\bno\s+such\s+host\b|\bname\s+or\s+service\s+not\s+known\b|\bnxdomain\b|"
@@ -215,6 +222,8 @@ STATED_REASON = re.compile(
     r"\b(?:memory|disk)\s+(?:resource\s+)?(?:limit\s+)?alarm\b|\bwatermark\b[^.;]{0,80}?\bexceeded\b|"
     r"\b(?:database\s+|storage\s+)?space\s+exceeded\b|\bquota\s+(?:exceeded|reached)\b|"
     r"\b(?:memory|connections?|files?|process(?:es)?|size|storage)\s+limit\s+(?:exceeded|reached)\b|"
+    # a server at the limit a setting of its own puts on it ("server reached pm.max_children setting")
+    r"\breached\s+(?:the\s+|its\s+)?(?:[a-z_.]*max[a-z_.]*\s+setting|max(?:imum)?\s+number\s+of\s+\w+)\b|"
     r"\bexceeded\s+(?:its\s+|the\s+)?quota\b|\bmaxmemory\b|" + LOOPBACK_LISTEN.pattern,
     re.IGNORECASE,
 )
@@ -231,7 +240,8 @@ SETTING_NAMED = re.compile(
 #: any slowness or loss shows, which says nothing of its reason
 TIMED_OUT = re.compile(
     r"\btimed?\s*out\b|\btimeout\b|\bdeadline\s+exceeded\b|\bawaiting\s+headers\b|"
-    r"\b(?:session|heartbeat|lease)\s+(?:has\s+)?expired\b",
+    r"\b(?:session|heartbeat|lease)\s+(?:has\s+)?expired\b|\b(?:session|lease)\s+expiration\b|"
+    r"\bexpiring\s+(?:session|lease)\b|\bexceeded\s+(?:the\s+)?(?:session\s+)?timeout\b",
     re.IGNORECASE,
 )
 #: How a team's document says that something it lists is not a problem ("Known noise: …",
@@ -269,6 +279,12 @@ RELATED_SETTINGS: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
         (r"certificate\s+(has\s+)?expired|x509", "certificate cert tls renew"),
         (r"no\s+such\s+host|nxdomain|name\s+resolution", "dns coredns resolver"),
         (r"exceeded\s+quota", "quota resourcequota"),
+        # what a reader still needed was purged first: how long the writer keeps it
+        (
+            r"purged\s+required\s+binary\s+logs|binary\s+log\s+expiration|requested\s+wal\s+segment\s+\S+\s+has\s+"
+            r"already\s+been\s+removed|offset\s+out\s+of\s+range",
+            "binlog expire expiration retention wal_keep_size max_slot_wal_keep_size",
+        ),
         # a connection to the loopback address: what "localhost" resolves to (::1 as well as 127.0.0.1)
         (r"\[::1\]|(?<![\d.])127\.0\.0\.1(?![\d.])", "localhost"),
     ]

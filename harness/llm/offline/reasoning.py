@@ -88,6 +88,8 @@ CHANGE_EXPLAINS = 6.0
 STALE_FAILURE = timedelta(hours=6)
 #: Shared words this rare (summed rarity) link a component to the symptom: a host, a dependency.
 SHARED_RARITY = 1.0
+#: a word with a rarity under this is in nearly every pattern and change: it ties nothing
+COMMON_WORD = 0.1
 
 
 @dataclass
@@ -111,6 +113,8 @@ def _onset_score(candidate: Pattern, began: datetime | None) -> float:
     lead = (began - candidate.first).total_seconds()
     if lead < -120:
         score = -2.0  # begins after the symptom: an effect, not a cause
+    elif lead < -1:
+        score = 1.0  # just after it: as likely what followed as what the clocks put a moment late
     elif lead <= 900:
         score = 3.0  # within a quarter of an hour before the symptom
     elif lead <= 3_600:
@@ -155,8 +159,12 @@ def _change_support(p: Pattern, ev: Evidence) -> tuple[float, ChangeRow | None]:
     own = p.words
     related = related_settings(f"{p.template} {p.example}")
     # A pattern older than the incident (its words logged at an earlier rollout too) may have
-    # been brought back by a change just before the incident: both times are anchors.
-    anchors = sorted({t for t in (p.first, ev.onset if p.first is not None else None) if t is not None})
+    # been brought back by a change just before the incident: both times are anchors. (Not one
+    # that was over by then: nothing brought it back.)
+    onset, began = ev.onset, ev.symptom_began
+    over = p.last is not None and began is not None and p.last < began - timedelta(minutes=1)
+    going = onset is not None and p.first is not None and not over
+    anchors = sorted({t for t in (p.first, onset if going else None) if t is not None})
     best: tuple[float, ChangeRow | None] = (0.0, None)
     for row in ev.rows:
         # An undated row (a probe's settings) is how things are, not a change before the incident.
@@ -165,14 +173,19 @@ def _change_support(p: Pattern, ev: Evidence) -> tuple[float, ChangeRow | None]:
         leads = [a - row.at for a in anchors if a - CHANGE_LOOKBACK <= row.at <= a + CHANGE_GRACE]
         if anchors and not leads:
             continue
-        topic = min(sum(ev.rarity.get(w, 0.0) for w in own & row.words), 3.0)
+        # (words nearly everything uses, "order" in an orders system, tie nothing together)
+        topic = min(sum(r for w in own & row.words if (r := ev.rarity.get(w, 0.0)) >= COMMON_WORD), 3.0)
         # the setting such an error is about ("exec format error": the nodes' architecture)
         setting = 2.5 if related & row.words else 0.0
         topic += setting
         # the pattern's own service, or one the incident's errors point at (its dependency), or a
         # component both name (the pattern's "host profile-db", the change's "scale profile-db")
         named_both = {w for w in own & row.words if "-" in w and w not in p.services}
-        touches = 1.0 if set(p.services) & row.words else 0.5 if ev.blamed & row.words or named_both else 0.0
+        # (or one of its instances: ``orders-mysql-0`` of the StatefulSet ``orders-mysql``)
+        instances = {workload_of(w) for w in row.words if "-" in w}
+        touches = (
+            1.0 if set(p.services) & (row.words | instances) else 0.5 if ev.blamed & row.words or named_both else 0.0
+        )
         if not topic and not touches:
             continue
         near = max((_proximity(lead) for lead in leads), default=0.0)
@@ -221,6 +234,9 @@ class Evidence:
     followed: dict[int, int] = field(default_factory=dict)
     #: the workloads the question is about (services of the evidence it names), see ``subject_of``
     subject: frozenset[str] = frozenset()
+    #: the host names the question gives the subject by (``dash.ops.example.internal``): a line
+    #: that names one is about it (a proxy's line for that virtual host)
+    addresses: frozenset[str] = frozenset()
     #: the subject and the components its warnings name, transitively: what can be a cause
     linked: frozenset[str] = frozenset()
     #: services whose warnings say a connection to them was refused
@@ -237,7 +253,14 @@ class Evidence:
         if not self.subject:
             return True
         text = f"{p.template} {p.example}".lower()
-        return bool(set(p.services) & self.subject) or any(_mentions(text, s) for s in self.subject)
+        return (
+            bool(set(p.services) & self.subject) or any(_mentions(text, s) for s in self.subject) or self.at_address(p)
+        )
+
+    def at_address(self, p: Pattern) -> bool:
+        """Whether the pattern names a host name the question gives the subject by."""
+        text = f"{p.template} {p.example}".lower()
+        return any(_mentions(text, a) for a in self.addresses)
 
     def is_linked(self, p: Pattern) -> bool:
         """Whether the pattern can bear on the subject: it is the subject's or a dependency's its
@@ -287,8 +310,12 @@ def reported_onset(
     if stated is None:
         return None
     spoken = [p for p in patterns if p.rank >= 2 and len(asked & p.words) >= 2 and about(p)] if asked else []
-    seen = [ts for p in spoken or patterns for ts in (p.first, p.last) if ts is not None]
-    return resolve(stated, seen, empty_windows(conv))
+    # (a line that says more of what the question describes says more of which day it was)
+    timed = [
+        (ts, float(len(asked & p.words)) if spoken else 1.0) for p in spoken or patterns for ts in (p.first, p.last)
+    ]
+    seen = [(ts, weight) for ts, weight in timed if ts is not None]
+    return resolve(stated, [ts for ts, _ in seen], empty_windows(conv), [weight for _, weight in seen])
 
 
 def _fits_report(p: Pattern, reported: datetime | None) -> int:
@@ -320,8 +347,15 @@ def gather(conv: Conversation) -> Evidence:
     known = {s for p in patterns for s in p.services if s} | _services_counted(conv)
     subject = subject_of(conv.question, known)
     patterns += state_patterns(rows, known | subject)
+    # The error the question quotes is the symptom's, whichever workload logs it: it is as much
+    # what the question is about as the workload it names ("the prefill route" of the frontend).
+    quoted = quoted_messages(conv.question)
+    said = [p for p in patterns if quoted and quotes_it(p, quoted)]
+    if subject:
+        subject |= {s for p in said for s in p.services if s}
     asked = terms(conv.question) | {w for s in subject for w in salient(s)}
-    probe = Evidence(patterns, ignored, None, rows, set(), asked, subject=subject)
+    addresses = frozenset(_ADDRESS.findall(conv.question.lower())) if subject else frozenset()
+    probe = Evidence(patterns, ignored, None, rows, set(), asked, subject=subject, addresses=addresses)
     reported = reported_onset(conv, patterns, asked, probe.about_subject)
     # The question names the workload it is about: the symptom is that workload's (or names it).
     # With neither a subject nor a time to anchor it, one shared word ("slow") is not enough.
@@ -330,21 +364,24 @@ def gather(conv: Conversation) -> Evidence:
     relevant = [
         p
         for p in patterns
-        if p.rank >= 2
-        and len(asked & p.words) >= least
-        and probe.about_subject(p)
+        if ((p.rank >= 2 and len(asked & p.words) >= least and probe.about_subject(p)) or p in said)
         and not (reported is not None and p.outside_window)
     ]
     # The symptom is what the question describes, beginning when the reporter says it did; between
     # equally close patterns, one that does not name a cause ("timed out", not "pool exhausted") is
     # the better description of an effect.
+    # (what the team's documents about the subject call noise describes no incident, when
+    # something else does)
+    notes = noise_notes(conv, subject) if subject else ()
     symptom = (
         max(
             relevant,
             key=lambda p: (
                 _fits_report(p, reported),
+                p in said,
+                not documented_noise(p, notes),
                 # the subject's own lines, not a template the subject shares with strangers
-                not subject or set(p.services) <= subject,
+                not subject or set(p.services) <= subject or probe.at_address(p),
                 not p.table,  # a state row is the symptom only when no log line is
                 len(asked & p.words),
                 not explains_itself(p),
@@ -374,6 +411,7 @@ def gather(conv: Conversation) -> Evidence:
         _rarity(patterns, rows),
         _blamed_services(patterns),
         subject=subject,
+        addresses=addresses,
         linked=_linked(patterns, subject, known, documented),
     )
     ev.followed = {id(row): _followed_by(row, ev) for row in rows if row.is_change}
@@ -384,11 +422,39 @@ def gather(conv: Conversation) -> Evidence:
 
 
 _NAME = re.compile(r"(?<![\w.-])[a-z0-9][a-z0-9.-]*[a-z0-9](?![\w-])")
+#: a host name of three labels or more ending in a word: ``dash.ops.example.internal`` (not a
+#: version, ``3.9.0``, an address, nor a Java package, ``org.apache.kafka.clients``)
+_ADDRESS = re.compile(
+    r"(?<![\w.-])(?!(?:org|com|net|io|java|javax|jakarta)\.)[a-z0-9-]+(?:\.[a-z0-9-]+)+\.[a-z]{2,12}(?![\w.-])"
+)
 
 
 def _mentions(text: str, name: str) -> bool:
     """Whether lower-case ``text`` names ``name`` as a whole word (``checkout-api``, not ``checkout-api-v2``)."""
     return bool(name) and re.search(rf"(?<![\w-]){re.escape(name.lower())}(?![\w-])", text) is not None
+
+
+#: a message the question quotes: 'request timed out', "…", `…`, “…”, 「…」 (not an apostrophe)
+_QUESTION_QUOTE = re.compile(
+    r"(?<![\w'])'([^'\n]{8,}?)'(?![\w'])|\"([^\"\n]{8,}?)\"|`([^`\n]{8,}?)`|“([^”\n]{8,}?)”|‘([^’\n]{8,}?)’|「([^」\n]{4,}?)」"
+)
+#: where the reporter left part of a quote out
+_ELLIPSIS = re.compile(r"\s*(?:\.{3}|…)\s*")
+#: a part of a quote shorter than this (a word, a number) is not looked for
+QUOTE_PART = 6
+
+
+def quoted_messages(question: str) -> tuple[tuple[str, ...], ...]:
+    """The messages the question quotes, each as the parts (lower-cased) the reporter kept."""
+    quotes = (next(g for g in m.groups() if g) for m in _QUESTION_QUOTE.finditer(question))
+    parts = (tuple(x for x in _ELLIPSIS.split(q.strip().lower()) if len(x) >= QUOTE_PART) for q in quotes)
+    return tuple(q for q in parts if q)
+
+
+def quotes_it(p: Pattern, quoted: Sequence[tuple[str, ...]]) -> bool:
+    """Whether one of the question's quoted messages is in the pattern's lines."""
+    text = f"{p.template}\n{p.example}".lower()
+    return any(all(part in text for part in q) for q in quoted)
 
 
 def subject_of(question: str, services: AbstractSet[str]) -> frozenset[str]:
@@ -432,7 +498,9 @@ def _linked(
     for sentence in documented if subject else []:
         text = sentence.lower()
         if any(_mentions(text, s) for s in subject):
-            linked.update(s for s in known if len(s) > 3 and _mentions(text, s))
+            # (by its name or one of its pods': ``orders-mysql-1`` is the StatefulSet ``orders-mysql``'s)
+            pods = {workload_of(name) for name in _NAME.findall(text)}
+            linked.update(s for s in known if len(s) > 3 and (_mentions(text, s) or s in pods))
     grown = bool(linked)
     while grown:
         grown = False
@@ -541,7 +609,9 @@ def noise_notes(conv: Conversation, about: AbstractSet[str]) -> tuple[str, ...]:
     return tuple(notes)
 
 
-_QUOTED = re.compile(r"`([^`]{6,})`|\"([^\"]{6,})\"|“([^”]{6,})”|「([^」]{4,})」")
+_QUOTED = re.compile(r"`([^`]+)`|\"([^\"]+)\"|“([^”]+)”|「([^」]+)」")
+#: a quote shorter than this is a word of the item (`_ga`), not a line's words to find
+_QUOTE_MIN = 6
 _ITEM_BREAK = re.compile(r"[;；，、]|,\s|\s(?:and|or)\s")
 _ASIDE = re.compile(r"\([^)]*\)|（[^）]*）")
 
@@ -553,14 +623,15 @@ def documented_noise(p: Pattern, notes: Sequence[str]) -> bool:
     if not notes:
         return False
     text = f"{p.template} {p.example}".lower()
-    words = p.words | salient(p.example)
+    # ("font warnings": a line's level is a word of it too)
+    words = p.words | salient(p.example) | salient(p.level.lower())
     for note in notes:
         for named, said in _noise_items(note):
             if named:
                 if all(q in text for q in named):
                     return True
                 continue
-            if len(said) >= 3 and len(said & words) >= math.ceil(0.6 * len(said)):
+            if len(said) >= 2 and len(said & words) >= max(2, math.ceil(0.6 * len(said))):
                 return True
     return False
 
@@ -573,14 +644,30 @@ def _noise_items(note: str) -> tuple[tuple[tuple[str, ...], frozenset[str]], ...
     """The items a note lists, each with the quotes it holds (lower-cased) and the words it says
     outside them and its asides: a quote is kept whole while the note is split, whatever
     punctuation it holds. Read once per note, however many patterns are held against it."""
-    quotes = [next(g for g in m.groups() if g).lower() for m in _QUOTED.finditer(note)]
-    numbered = iter(range(len(quotes)))
-    held = _QUOTED.sub(lambda _m: f" \x00{next(numbered)}\x00 ", note)
+    quotes: list[str] = []
+
+    def hold(m: re.Match[str]) -> str:
+        quoted = next(g for g in m.groups() if g)
+        if len(quoted) < (4 if has_cjk(quoted) else _QUOTE_MIN):
+            return f" {quoted} "
+        # (what the writer left out, `Ignored ...`, is not looked for)
+        parts = [part for part in _ELLIPSIS.split(quoted.lower()) if part.strip()]
+        quotes.extend(parts)
+        return "".join(f" \x00{len(quotes) - len(parts) + i}\x00 " for i in range(len(parts)))
+
+    held = _QUOTED.sub(hold, note)
     items = _ITEM_BREAK.split(NOISE_CUE.sub(" ", held))
-    return tuple(
-        (tuple(quotes[int(i)] for i in _HELD.findall(item)), salient(_ASIDE.sub(" ", _HELD.sub(" ", item))))
-        for item in items
-    )
+    return tuple((tuple(quotes[int(i)] for i in _HELD.findall(item)), _said(item)) for item in items)
+
+
+#: where an item of a noise note goes on to say when the noise happens ("… during its own autoscaling")
+_WHEN = re.compile(r"\s(?:during|while|whenever|when)\s", re.IGNORECASE)
+
+
+def _said(item: str) -> frozenset[str]:
+    """The words an item of a noise note names its lines by: not its quotes, asides or when it
+    happens; lower-cased first, so that "CoreDNS" is the word a service's name ``coredns`` is."""
+    return salient(_WHEN.split(_ASIDE.sub(" ", _HELD.sub(" ", item)))[0].lower())
 
 
 def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
@@ -662,6 +749,9 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
             or (support(p) >= TIED_TO_CHANGE and not _described_by(p, ev.asked))
         )
         and not (began is not None and p.first is not None and not p.table and p.first > began + INCIDENT_TAIL)
+        # a probe that failed a few times and passed again before the symptom began: a pod starting
+        # (a rollout's new pod not yet listening), not what broke later
+        and not _probe_passed_again(p, began)
         # a state observed on another day is another incident's, and so are lines that ended then
         and not (began is not None and p.first is not None and p.table and abs(p.first - began) > STATE_SPAN)
         and not (began is not None and p.last is not None and not p.table and p.last < began - STATE_SPAN)
@@ -699,14 +789,24 @@ TOLD_TWICE = timedelta(seconds=1)
 def _told_twice(p: Pattern, symptom: Pattern) -> bool:
     """Whether the pattern tells the symptom's own events again: the same service, about as many
     lines, beginning within a second of each other — unless it is the one of the two that states
-    the reason ("sorry, too many clients already" beside the pool's timeout)."""
-    if p.services != symptom.services or p.first is None or symptom.first is None:
+    the reason ("sorry, too many clients already" beside the pool's timeout); or another
+    service's lines of those very moments, no more of them, stating no reason."""
+    if p.first is None or symptom.first is None:
+        return False
+    if p.services != symptom.services:
+        # the other party's account of the same moments ("Connection shutdown" in the client the
+        # second the broker closes it): begun with them, no more of them, over with them
+        within = symptom.last is None or (p.last is not None and p.last <= symptom.last)
+        return (
+            abs(p.first - symptom.first) <= TOLD_TWICE and p.count <= symptom.count and within and not stated_reason(p)
+        )
+    if stated_reason(p):
         return False
     if p.first == symptom.first and p.last == symptom.last:
         return True
     # (as many: a window's edge may cut one of a pair)
     alike = abs(p.count - symptom.count) <= max(1.0, 0.1 * symptom.count)
-    return alike and abs(p.first - symptom.first) <= TOLD_TWICE and not stated_reason(p)
+    return alike and abs(p.first - symptom.first) <= TOLD_TWICE
 
 
 def _failed_before(p: Pattern, ev: Evidence) -> bool:
@@ -733,8 +833,24 @@ def _described_by(p: Pattern, asked: AbstractSet[str]) -> bool:
 
 def names_a_failure(p: Pattern) -> bool:
     """Whether the pattern speaks of something that broke, ran out or was refused, states a
-    reason in the orchestrator's or the system's words, or is a process giving up (FATAL)."""
-    return p.rank >= 4 or bool(terms(p.template) & CAUSE_TERMS) or bool(stated_reason(p))
+    reason in the orchestrator's or the system's words, or is a process giving up (FATAL); a
+    measure under the threshold it quotes ("backlog 38 rows (threshold 500)") did not run out."""
+    if p.rank >= 4 or stated_reason(p):
+        return True
+    return bool(terms(p.template) & CAUSE_TERMS) and not within_threshold(p.example)
+
+
+#: a measure and the threshold it is held to: ``38 rows (threshold 500)``, ``412 ms, budget 1500 ms``
+_AGAINST_THRESHOLD = re.compile(
+    r"(?<![\w.])(\d+(?:\.\d+)?)\s*[a-z%]*\s*[(,;]?\s*(?:threshold|limit|budget|max(?:imum)?)\s*[=:]?\s*(\d+(?:\.\d+)?)",
+    re.IGNORECASE,
+)
+
+
+def within_threshold(text: str) -> bool:
+    """Whether every measure ``text`` holds against a threshold is under it."""
+    pairs = [(float(a), float(b)) for a, b in _AGAINST_THRESHOLD.findall(text)]
+    return bool(pairs) and all(a < b for a, b in pairs)
 
 
 def _listens_where_refused(p: Pattern, ev: Evidence) -> bool:
@@ -755,6 +871,22 @@ def only_waits(p: Pattern) -> bool:
 
 
 _PROBE = re.compile(r"\b(?:readiness|liveness|startup)\s+probe\b", re.IGNORECASE)
+
+
+#: how many failures of a probe a pod starting up may show
+STARTUP_PROBE_FAILURES = 3
+
+
+def _probe_passed_again(p: Pattern, began: datetime | None) -> bool:
+    """Whether the pattern is a probe that failed only a few times and was passing again a
+    while before the symptom ``began``."""
+    return (
+        began is not None
+        and p.last is not None
+        and p.count <= STARTUP_PROBE_FAILURES
+        and p.last < began - timedelta(minutes=1)
+        and bool(_PROBE.search(p.template))
+    )
 
 
 def probe_timed_out(p: Pattern) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 from harness.guards.quotes import normalise
 from harness.llm.offline.conversation import Conversation
 from harness.llm.offline.evidence import Pattern, excerpt, literal, named
-from harness.llm.offline.lexicon import ANY_REASON, SETTING_NAMED
+from harness.llm.offline.lexicon import ANY_REASON, SETTING_NAMED, STATED_REASON
 from harness.llm.offline.reasoning import Analysis, analyse
 from harness.text import has_cjk
 
@@ -118,8 +118,11 @@ def write_draft(conv: Conversation, analysis: Analysis | None = None) -> dict[st
                 row.call_id, row.quote,
             )
         )  # fmt: skip
-    # A row is quoted whole: its cells are not a message with variable parts.
-    cause_text = excerpt(c.example) if c.table else named(c.template, c.example, ANY_REASON, SETTING_NAMED)
+    # A row is quoted whole: its cells are not a message with variable parts. A long message is
+    # named by the system's own words for why, where it holds them ("Vault is sealed" at the end
+    # of a FailedMount the orchestrator reports), else by any reason it states.
+    reasons = (STATED_REASON, ANY_REASON, SETTING_NAMED)
+    cause_text = excerpt(c.example) if c.table else named(c.template, c.example, *reasons)
     symptom_text = s_quote if s.table else literal(s.template) or s_quote
     change_text = ""
     if a.change is not None:
