@@ -551,7 +551,7 @@ PUBLIC = Path(__file__).resolve().parent / "public_incidents"
 #: the development set, then the held-out sets, each built after the run of the one before
 PUBLIC_SETS = [
     PUBLIC / name / "scenarios"
-    for name in ("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6")
+    for name in ("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7")
 ]
 PUBLIC_SCENARIOS = find_scenarios(PUBLIC_SETS)
 _NEEDS_A_SECOND_HOP = (
@@ -567,28 +567,30 @@ PUBLIC_KNOWN_FAILURES = {
         "secret as the cause"
     ),
     "ho-ledger-db-pending": _NEEDS_A_SECOND_HOP + " (the volume's zone, in the volumes table)",
-    "h2-dashboard-oauth2-too-big-header": (
-        "falls back: the question gives no time and names the dashboard's host, not a workload; the "
-        "window read is the dashboard's own earlier warning, and the ingress's 'too big header' lines "
-        "an hour later are outside it"
-    ),
     "h3-ios-kv-panic-after-restart": _NEEDS_A_SECOND_HOP + " (the line the regenerated config lacks)",
     "h4-billing-migrate-lock-wait-timeout": _NEEDS_A_SECOND_HOP + " (the bind that points at the default database)",
     "h4-entitlements-jwt-used-before-issued": (
         "the node whose clock was stepped back is not tied to the token errors, which carry no host"
     ),
-    # the sixth held-out set as its first run showed (after its tables' formats were fixed)
-    **{
-        name: f"first held-out run: the root cause does not name {phrase!r}"
-        for name, phrase in [
-            ("h6-checkout-vpc-cni-no-free-ip", "no free IP available"),
-            ("h6-llm-nats-max-payload", "maximum payload"),
-        ]
-    },
-    "h6-orders-mysql-replica-binlog-purged": "first held-out run: falls back, the purged binlog is not found",
-    **dict.fromkeys(
-        ["h6-orderhub-pulsar-send-timeout-nocause", "h6-portal-memcached-session-timeout-nocause"],
-        "first held-out run: expected a fallback, a cause is named",
+    "h6-checkout-vpc-cni-no-free-ip": (
+        "falls back: the CNI's 'no free IP available' lines are at DEBUG level, and the warnings read "
+        "hold no reason for the sandbox failures"
+    ),
+    # the seventh held-out set: at its first run it hit no root cause (0/7) and one fallback (1/3)
+    "h7-dolphinscheduler-zk-session-timeout-nocause": (
+        "expected a fallback; the scheduler's routine task failures (exit code 1, as often before the "
+        "incident as during it) are taken for a cause"
+    ),
+    "h7-order-events-eventhubs-expiring-nocause": (
+        "expected a fallback; a new warning right after the release ('unknown event type') is taken for "
+        "the cause of send timeouts it says nothing about"
+    ),
+    "h7-parsedmarc-es-shard-limit": (
+        "falls back: Kibana, which the question names in passing, is taken as the subject, and none of "
+        "its lines is the symptom"
+    ),
+    "h7-promtail-inotify-instances": (
+        "names 'too many open files' from the file watcher, not the inotify instance limit the node table shows"
     ),
 }
 
@@ -667,7 +669,19 @@ SHARED_KNOWN_FAILURES = {
     "ho-model-api-oomkilled": _NOT_EXAMINED,
     "h3-duchy-db-password-rotated": _NOT_EXAMINED,
     "h3-shop-proxy-503-nocause": "expected a fallback; " + _NOT_EXAMINED,
-    "h4-checkout-payments-503-nocause": "expected a fallback; " + _NOT_EXAMINED,
+    "h2-dashboard-oauth2-too-big-header": "falls back; " + _NOT_EXAMINED,
+    "h5-notify-rabbitmq-heartbeats-nocause": (
+        "expected a fallback; the client's FCM warnings, over before the symptom began, are tied to the "
+        "dispatcher's release of the day before"
+    ),
+    "h6-orderhub-pulsar-send-timeout-nocause": (
+        "expected a fallback; the 'outbox_archive already exists' SQL warnings its document calls noise "
+        "are taken for the cause"
+    ),
+    "h6-portal-memcached-session-timeout-nocause": (
+        "expected a fallback; the symptom is named its own cause, after a re-applied setting whose before "
+        "and after are the same"
+    ),
     "h4-docs-search-es-flood-stage": _NOT_EXAMINED,
     "h5-catalog-mongo-fcv-upgrade": _NOT_EXAMINED,
 }
