@@ -253,9 +253,7 @@ class Evidence:
         if not self.subject:
             return True
         text = f"{p.template} {p.example}".lower()
-        return (
-            bool(set(p.services) & self.subject) or any(_mentions(text, s) for s in self.subject) or self.at_address(p)
-        )
+        return bool(set(p.services) & self.subject) or any(_mentions(text, s) for s in (*self.subject, *self.addresses))
 
     def at_address(self, p: Pattern) -> bool:
         """Whether the pattern names a host name the question gives the subject by."""
@@ -311,10 +309,12 @@ def reported_onset(
         return None
     spoken = [p for p in patterns if p.rank >= 2 and len(asked & p.words) >= 2 and about(p)] if asked else []
     # (a line that says more of what the question describes says more of which day it was)
-    timed = [
-        (ts, float(len(asked & p.words)) if spoken else 1.0) for p in spoken or patterns for ts in (p.first, p.last)
+    seen = [
+        (ts, float(len(asked & p.words)) if spoken else 1.0)
+        for p in spoken or patterns
+        for ts in (p.first, p.last)
+        if ts is not None
     ]
-    seen = [(ts, weight) for ts, weight in timed if ts is not None]
     return resolve(stated, [ts for ts, _ in seen], empty_windows(conv), [weight for _, weight in seen])
 
 
@@ -350,9 +350,9 @@ def gather(conv: Conversation) -> Evidence:
     # The error the question quotes is the symptom's, whichever workload logs it: it is as much
     # what the question is about as the workload it names ("the prefill route" of the frontend).
     quoted = quoted_messages(conv.question)
-    said = [p for p in patterns if quoted and quotes_it(p, quoted)]
+    said = {id(p): p for p in patterns if quoted and quotes_it(p, quoted)}
     if subject:
-        subject |= {s for p in said for s in p.services if s}
+        subject |= {s for p in said.values() for s in p.services if s}
     asked = terms(conv.question) | {w for s in subject for w in salient(s)}
     addresses = frozenset(_ADDRESS.findall(conv.question.lower())) if subject else frozenset()
     probe = Evidence(patterns, ignored, None, rows, set(), asked, subject=subject, addresses=addresses)
@@ -364,7 +364,7 @@ def gather(conv: Conversation) -> Evidence:
     relevant = [
         p
         for p in patterns
-        if ((p.rank >= 2 and len(asked & p.words) >= least and probe.about_subject(p)) or p in said)
+        if ((p.rank >= 2 and len(asked & p.words) >= least and probe.about_subject(p)) or id(p) in said)
         and not (reported is not None and p.outside_window)
     ]
     # The symptom is what the question describes, beginning when the reporter says it did; between
@@ -378,7 +378,7 @@ def gather(conv: Conversation) -> Evidence:
             relevant,
             key=lambda p: (
                 _fits_report(p, reported),
-                p in said,
+                id(p) in said,
                 not documented_noise(p, notes),
                 # the subject's own lines, not a template the subject shares with strangers
                 not subject or set(p.services) <= subject or probe.at_address(p),
@@ -791,17 +791,13 @@ def _told_twice(p: Pattern, symptom: Pattern) -> bool:
     lines, beginning within a second of each other — unless it is the one of the two that states
     the reason ("sorry, too many clients already" beside the pool's timeout); or another
     service's lines of those very moments, no more of them, stating no reason."""
-    if p.first is None or symptom.first is None:
+    if p.first is None or symptom.first is None or stated_reason(p):
         return False
     if p.services != symptom.services:
         # the other party's account of the same moments ("Connection shutdown" in the client the
         # second the broker closes it): begun with them, no more of them, over with them
         within = symptom.last is None or (p.last is not None and p.last <= symptom.last)
-        return (
-            abs(p.first - symptom.first) <= TOLD_TWICE and p.count <= symptom.count and within and not stated_reason(p)
-        )
-    if stated_reason(p):
-        return False
+        return abs(p.first - symptom.first) <= TOLD_TWICE and p.count <= symptom.count and within
     if p.first == symptom.first and p.last == symptom.last:
         return True
     # (as many: a window's edge may cut one of a pair)
