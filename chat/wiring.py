@@ -178,7 +178,7 @@ def application() -> ChatApplication:
     metered = metrics.MeteredAuditSinks(sinks, providers=providers(), tools=[spec.name for spec in chosen.tools])
     return ChatApplication(
         models=models(),
-        run_store=DjangoRunStore(lifecycle()),
+        run_store=DjangoRunStore(lifecycle(), audit=sinks),
         invocations=RedisInvocationStore(ttl_s=int(settings.HARNESS["INVOCATION_TTL_S"])),
         audit=AuditSinks(steps=metered, tools=metered, timeline=sinks, reasoning=sinks),
         tools=chosen.tools,

@@ -56,9 +56,12 @@ class DjangoRunStore:
     #: how long rows read for routing_context wait for latest_published_diagnosis
     MEMO_S = 2.0
 
-    def __init__(self, lifecycle: RunLifecycle | None = None) -> None:
+    def __init__(self, lifecycle: RunLifecycle | None = None, audit: DjangoAuditSinks | None = None) -> None:
         #: every write goes through the run's lifecycle; alone, the store streams nothing
         self.lifecycle = lifecycle or RunLifecycle()
+        #: the run's buffered audit rows, written before its terminal state so that a client
+        #: who sees the run finished reads its whole trace
+        self.audit = audit
         self._recent: dict[tuple[str, str], tuple[float, list[tuple[Any, ...]]]] = {}
 
     def resolve_session(self, *, owner: str, session_id: str | None, title: str) -> str:
@@ -119,6 +122,8 @@ class DjangoRunStore:
         self.lifecycle.record_intent(run_id=run_id, intent=intent)
 
     def finish_run(self, finish: RunFinish) -> bool:
+        if self.audit is not None:
+            self.audit.flush(finish.run_id)
         try:
             return self.lifecycle.complete(run_id=finish.run_id, result=finish.result, finished_at=finish.finished_at)
         except (OperationalError, InterfaceError):

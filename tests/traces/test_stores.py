@@ -610,6 +610,25 @@ def test_a_run_with_many_records_is_flushed_before_it_ends(alice: Caller) -> Non
     ]
 
 
+def test_a_run_s_trace_is_written_before_its_terminal_state(alice: Caller, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A client that sees the run finished (its status, its stream's end, its webhook) and then
+    # reads the trace console finds every step and tool call, not whatever was flushed so far.
+    run = add_run(new_session(alice), at=0, status="running")
+    sinks = DjangoAuditSinks()
+    _record_everything(sinks, str(run.id))
+    store = DjangoRunStore(audit=sinks)
+    seen: list[tuple[int, int]] = []
+    complete = store.lifecycle.complete
+
+    def observed(**kwargs: Any) -> bool:
+        seen.append((AgentStep.objects.filter(run=run).count(), ToolInvocation.objects.filter(run=run).count()))
+        return complete(**kwargs)
+
+    monkeypatch.setattr(store.lifecycle, "complete", observed)
+    assert store.finish_run(RunFinish(str(run.id), success(str(run.id), str(run.session_id)), FINISHED))
+    assert seen == [(2, 3)] and Run.objects.get(id=run.id).status == "completed"
+
+
 def test_flush_is_fail_open_and_logs_no_record_content(
     alice: Caller, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
