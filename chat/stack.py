@@ -85,6 +85,12 @@ def _redis_server_binary() -> str | None:
     return shutil.which("redis-server")
 
 
+def lifeline_env() -> dict[str, str]:
+    """What a child's environment needs so that, loading the project, it ends when this process
+    does, however this one ends (config.lifeline watches the process it names)."""
+    return {"SBA_STACK_PID": str(os.getpid())}
+
+
 def _terminate_with_parent() -> None:
     """In the child, before exec: the kernel sends SIGTERM when the parent thread exits (Linux)."""
     if sys.platform == "linux":
@@ -127,8 +133,7 @@ class Stack:
         return f"http://127.0.0.1:{self.port}"
 
     def _env(self) -> dict[str, str]:
-        # SBA_STACK_PID: every child that loads the project ends when this process does (config.lifeline)
-        return {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", "SBA_STACK_PID": str(os.getpid())}
+        return {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", **lifeline_env()}
 
     def _spawn(self, name: str, command: list[str]) -> None:
         if self.log_dir is None:

@@ -70,3 +70,28 @@ def _no_real_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def expect_blocked_network(monkeypatch: pytest.MonkeyPatch) -> None:
     """For the guard's own tests: blocked attempts are the point, not a failure."""
     monkeypatch.setattr(_no_real_network, "expected", True, raising=False)
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what will not run
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Start the long evaluations the selected tests read, in the background, and run those
+    tests last (tests/knowledge/eval_runs.py)."""
+    from tests.knowledge.eval_runs import EVALUATIONS
+
+    if config.option.collectonly:
+        return
+
+    def reads(item: pytest.Item) -> set[str]:
+        return set(getattr(item, "fixturenames", ())) & set(EVALUATIONS)
+
+    wanted = {name for item in items for name in reads(item)}
+    items[:] = [i for i in items if not reads(i)] + [i for i in items if reads(i)]
+    for name in sorted(wanted):
+        EVALUATIONS[name].start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from tests.knowledge.eval_runs import EVALUATIONS
+
+    for evaluation in EVALUATIONS.values():
+        evaluation.stop()

@@ -43,6 +43,7 @@ from knowledge.scenarios import (
     run_shared,
 )
 from tests.e2e.conftest import database_url_for_children
+from tests.knowledge.eval_runs import EVALUATIONS, PUBLIC, PUBLIC_SETS, REGRESSION, SHIPPED, TIMEOUT_S
 
 FIXTURES = Path(__file__).resolve().parent / "scenario_fixtures"
 DIAGNOSED = FIXTURES / "pool-exhaustion.yaml"
@@ -492,6 +493,27 @@ def test_the_command_evaluates_in_a_shared_database(
     assert list((tmp_path / "var" / "eval").glob("*")) == []
 
 
+def test_the_command_s_children_end_with_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The migration and the evaluation run in children that watch the command's process
+    (config.lifeline), so killing the command, even with SIGKILL, ends them too."""
+    from django.core.management import call_command
+
+    from chat.management.commands import eval_scenarios
+    from config import lifeline
+
+    children: list[dict[str, str]] = []
+
+    def started(command: list[str], *, env: dict[str, str], check: bool) -> subprocess.CompletedProcess[str]:
+        children.append(env)
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(eval_scenarios.subprocess, "run", started)
+    monkeypatch.setattr(settings, "VAR_DIR", tmp_path)
+    monkeypatch.delenv(eval_scenarios.SCRATCH_FLAG, raising=False)
+    call_command("eval_scenarios", str(FIXTURES))
+    assert len(children) == 2 and all(env[lifeline.ENV] == str(os.getpid()) for env in children)
+
+
 def test_the_command_reports_a_bad_scenario_file_clearly(
     command_env: dict[str, str], guarded_database: Any, tmp_path: Path
 ) -> None:
@@ -510,49 +532,61 @@ def test_the_command_reports_a_bad_scenario_file_clearly(
 # --- the shipped demo scenarios ---------------------------------------------------------------
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("embeddings", ["local", "none"])
+@pytest.fixture(scope="session")
+def demo_report_local() -> dict[str, Any]:
+    return _finished("demo_report_local")
+
+
+@pytest.fixture(scope="session")
+def demo_report_lexical() -> dict[str, Any]:
+    return _finished("demo_report_lexical")
+
+
+@pytest.fixture(scope="session")
+def regression_report() -> dict[str, Any]:
+    return _finished("regression_report")
+
+
+def _finished(fixture: str) -> dict[str, Any]:
+    """The report of a background evaluation (tests/knowledge/eval_runs.py), once it is over."""
+    status, report, stderr = EVALUATIONS[fixture].report()
+    failed = [s["name"] for s in report["scenarios"] if not s["passed"]]
+    assert status == (1 if failed else 0), stderr
+    return dict(report)
+
+
+@pytest.mark.timeout(TIMEOUT_S)
+@pytest.mark.parametrize("embeddings", ["demo_report_local", "demo_report_lexical"])
 def test_every_shipped_scenario_is_diagnosed_or_falls_back_as_expected(
-    command_env: dict[str, str], embeddings: str, transactional_db: None
+    request: pytest.FixtureRequest, embeddings: str
 ) -> None:
     """The offline analyst on the demo incident set, as `manage.py eval_scenarios` runs it by
     default: hybrid retrieval with the local model, and lexical retrieval alone."""
-    result = eval_command("--json", env={**command_env, "EMBEDDINGS_PROVIDER": embeddings}, timeout=540)
-
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    report = json.loads(result.stdout)
-    assert report["total"] >= 10 and report["passed"] == report["total"]
+    report = request.getfixturevalue(embeddings)
+    assert report["total"] >= 10 and report["passed"] == report["total"], [
+        (s["name"], s["problems"]) for s in report["scenarios"] if not s["passed"]
+    ]
     outcomes = {s["outcome"] for s in report["scenarios"]}
     assert outcomes == {"diagnosed", "fallback"}
     assert all(s["citations_valid"] == s["citations"] for s in report["scenarios"])
 
 
-REGRESSION = Path(__file__).resolve().parent / "regression_incidents" / "scenarios"
-
-
-@pytest.mark.timeout(600)
-def test_incidents_unlike_the_demo_set_are_diagnosed(command_env: dict[str, str], transactional_db: None) -> None:
+@pytest.mark.timeout(TIMEOUT_S)
+def test_incidents_unlike_the_demo_set_are_diagnosed(regression_report: dict[str, Any]) -> None:
     """Five incidents written apart from the demo set and the analyst (consumer lag after a
     concurrency change, a thread pool filled by a slower dependency two hops away, a DNS zone
     dropped from the cluster resolver, a provider's rate limit hit by a batch job, a database
     password rotated under a worker that caches it), each with noise, chronic errors and
     red-herring changes: the analyst must name the recorded change that caused each one."""
-    result = eval_command(str(REGRESSION), "--json", env={**command_env, "EMBEDDINGS_PROVIDER": "none"}, timeout=540)
-
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    report = json.loads(result.stdout)
-    assert report["total"] == 5 and report["passed"] == 5
+    report = regression_report
+    assert report["total"] == 5 and report["passed"] == 5, [
+        (s["name"], s["problems"]) for s in report["scenarios"] if not s["passed"]
+    ]
     assert all(s["citations_valid"] == s["citations"] for s in report["scenarios"])
 
 
 # --- incidents converted from public material (tests/knowledge/public_incidents/README.md) -------
 
-PUBLIC = Path(__file__).resolve().parent / "public_incidents"
-#: the development set, then the held-out sets, each built after the run of the one before
-PUBLIC_SETS = [
-    PUBLIC / name / "scenarios"
-    for name in ("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7")
-]
 PUBLIC_SCENARIOS = find_scenarios(PUBLIC_SETS)
 _NEEDS_A_SECOND_HOP = (
     "the analyst names the error the evidence shows but not what explains it, which is in another "
@@ -595,13 +629,10 @@ PUBLIC_KNOWN_FAILURES = {
 }
 
 
-@pytest.fixture(scope="module")
-def public_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+@pytest.fixture(scope="session")
+def public_report() -> dict[str, dict[str, Any]]:
     """The public incidents, each alone, as `eval_scenarios` runs them (lexical retrieval)."""
-    env = _scratch_env(tmp_path_factory.mktemp("public-eval"))
-    done = eval_command("--json", *PUBLIC_SETS, env=env, timeout=900)
-    assert done.stdout.strip(), done.stderr[-2000:]
-    report = json.loads(done.stdout)
+    report = _finished("public_report")
     assert report["total"] == len(PUBLIC_SCENARIOS) >= 20
     return {s["name"]: s for s in report["scenarios"]}
 
@@ -613,7 +644,7 @@ def _expected(scenarios: list[Scenario], known: dict[str, str]) -> list[Any]:
     ]
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(TIMEOUT_S)
 @pytest.mark.parametrize("name", _expected(PUBLIC_SCENARIOS, PUBLIC_KNOWN_FAILURES))
 def test_each_public_incident_is_diagnosed_alone(public_report: dict[str, dict[str, Any]], name: str) -> None:
     scenario = public_report[name]
@@ -628,6 +659,7 @@ def test_the_public_sets_have_their_sources_and_fallbacks() -> None:
         scenarios = find_scenarios([folder])
         assert [s.expect.outcome for s in scenarios].count("fallback") >= 2, folder
     assert set(PUBLIC_KNOWN_FAILURES) <= {s.name for s in PUBLIC_SCENARIOS}
+    assert SHIPPED == SHIPPED_SCENARIOS  # what the shared evaluation reads
 
 
 # In one database holding every incident's evidence, these are not diagnosed as alone (strict:
@@ -692,39 +724,16 @@ SHARED_SCENARIOS = [
 ]
 
 
-def _scratch_env(var: Path) -> dict[str, str]:
-    """The command's environment with its own scratch SQLite database and VAR_DIR."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("LLM_", "OPENAI_", "EMBEDDINGS_", "EVIDENCE_", "SBA_EVAL"))
-    }
-    env.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "config.test_settings",
-            "DATABASE_URL": f"sqlite:///{var / 'unused.sqlite3'}",
-            "VAR_DIR": str(var / "var"),
-            "EMBEDDINGS_PROVIDER": "none",
-            "LOG_LEVEL": "WARNING",
-        }
-    )
-    return env
-
-
-@pytest.fixture(scope="module")
-def shared_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+@pytest.fixture(scope="session")
+def shared_report() -> dict[str, dict[str, Any]]:
     """Every shipped, regression and public scenario evaluated once, with all their evidence in
     one database (lexical retrieval), as `eval_scenarios --shared` runs them."""
-    folders = [SHIPPED_SCENARIOS, REGRESSION, *PUBLIC_SETS]
-    env = _scratch_env(tmp_path_factory.mktemp("shared-eval"))
-    done = eval_command("--shared", "--json", *folders, env=env, timeout=900)
-    assert done.stdout.strip(), done.stderr[-2000:]
-    report = json.loads(done.stdout)
+    report = _finished("shared_report")
     assert report["shared"] is True and report["total"] == len(SHARED_SCENARIOS)
     return {s["name"]: s for s in report["scenarios"]}
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(TIMEOUT_S)
 @pytest.mark.parametrize("name", _expected(SHARED_SCENARIOS, SHARED_KNOWN_FAILURES))
 def test_each_incident_is_diagnosed_with_every_other_incident_in_the_database(
     shared_report: dict[str, dict[str, Any]], name: str

@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from chat.stack import lifeline_env
 from knowledge.scenarios import (
     SHIPPED_SCENARIOS,
     ScenarioError,
@@ -155,7 +156,8 @@ class Command(BaseCommand):
     def _in_scratch_database(self, paths: list[Path], options: dict[str, Any]) -> None:
         scratch = Path(settings.VAR_DIR) / "eval" / f"eval-{uuid.uuid4().hex[:8]}.sqlite3"
         scratch.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, SCRATCH_FLAG: "1", "DATABASE_URL": f"sqlite:///{scratch}"}
+        # the child watches this process (config.lifeline): it ends with it, even on SIGKILL
+        env = {**os.environ, SCRATCH_FLAG: "1", "DATABASE_URL": f"sqlite:///{scratch}", **lifeline_env()}
         if options["verbosity"] < 2:
             env["LOG_LEVEL"] = "WARNING"  # the results, not the index builds
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
