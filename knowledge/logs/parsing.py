@@ -245,7 +245,7 @@ def _parse_text(line: str, default_service: str, now: datetime) -> ParsedLine:
     if (prefix := _KUBECTL_PREFIX.match(line)) is not None:
         inner = _parse_text(prefix["rest"], workload_of(prefix["pod"]), now)
         return replace(inner, attributes={**inner.attributes, "pod": prefix["pod"], "container": prefix["container"]})
-    for parser in (_from_monolog, _from_ruby, _from_rfc5424, _from_syslog, _from_klog, _from_redis):
+    for parser in (_from_monolog, _from_ruby, _from_rfc5424, _from_syslog, _from_klog, _from_redis, _from_timed_layout):
         parsed = parser(line, default_service, now)
         if parsed is not None:
             return parsed
@@ -310,6 +310,8 @@ def _from_fields(fields: dict[str, Any], default_service: str) -> ParsedLine:
     if error is not None and error not in str(message):
         message = f"{message}: {error}"
     service = _take(rest, _SERVICE_KEYS, named, str)
+    if service in _LAYOUT_NAMES:
+        rest["service.name"], service = service, None  # the layout's name, not the workload's
     if service is None and default_service == UNKNOWN_SERVICE:
         service = _take(rest, _LOGGER_KEYS, named, str)
     raw_level = _take(rest, _LEVEL_KEYS, lambda v: isinstance(v, str | int | float) and not isinstance(v, bool))
@@ -318,6 +320,10 @@ def _from_fields(fields: dict[str, Any], default_service: str) -> ParsedLine:
         rest["raw_level"] = raw_level
     return _entry(ts, service or default_service, level, str(message), rest)
 
+
+#: what a product's JSON layout writes as ``service.name`` whatever the deployment is called:
+#: the file (or the line's pod) names the workload instead (Elasticsearch 8's ECS layout)
+_LAYOUT_NAMES = frozenset({"ES_ECS"})
 
 _MONGODB_LEVELS = {"F": "FATAL", "E": "ERROR", "W": "WARN", "I": "INFO"}
 
@@ -511,7 +517,9 @@ def _epoch(value: float) -> datetime:
 # plain-text formats
 
 _ISO = r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:[Zz]| ?[+-]\d{2}(?::?\d{2})?| ?UTC)?"
-_ISO_LINE = re.compile(rf"^(?:\[(?P<bts>{_ISO})\]\s*|(?P<ts>{_ISO})\s+)(?P<rest>.+)$", re.S)
+#: Go's standard log and nginx's error log: ``2026/11/30 10:01:59 …`` (local time, taken as UTC)
+_SLASHED = r"\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,9})?"
+_ISO_LINE = re.compile(rf"^(?:\[(?P<bts>{_ISO})\]\s*|(?P<ts>{_ISO})\s+|(?P<sts>{_SLASHED})\s+)(?P<rest>.+)$", re.S)
 _MONOLOG = re.compile(
     r"^\[(?P<ts>[^\]]{10,40})\]\s+(?P<service>[^\s\[\]]+?)\.(?P<level>[A-Za-z]+):\s?(?P<msg>.*)$", re.S
 )
@@ -560,7 +568,7 @@ def _from_iso(line: str, default_service: str) -> ParsedLine | None:
     m = _ISO_LINE.match(line)
     if m is None:
         return None
-    ts = _timestamp(m["ts"] or m["bts"])
+    ts = _timestamp(m["ts"] or m["bts"] or m["sts"].replace("/", "-", 2))
     rest = m["rest"]
     syslog = _ISO_SYSLOG_TAIL.match(rest)
     if syslog is not None:
@@ -568,6 +576,8 @@ def _from_iso(line: str, default_service: str) -> ParsedLine | None:
     inner = _record_after_time(rest, ts, default_service)
     if inner is not None:
         return inner
+    if (timed := _layout(rest, [layout for layout, _ in _TIMED])) is not None:
+        return _entry(ts, default_service, *timed)  # the outer time kept, as for any line after it
     if (ruby := _RUBY.match(rest)) is not None:
         return _ruby_entry(ts, ruby, default_service)
     if (celery := _CELERY.match(rest)) is not None:
@@ -580,6 +590,9 @@ def _from_iso(line: str, default_service: str) -> ParsedLine | None:
         rest = rest[own.end() :]
     if (jvm := _JVM_TAGS.match(rest)) is not None:
         return _entry(ts, default_service, normalise_level(jvm["lvl"]), jvm["msg"], {"tags": jvm["tags"]})
+    if (layout := _layout(rest, _AFTER_TIME)) is not None:
+        level, message, details = layout
+        return _entry(ts, default_service, level, message, details)
     if (pid := _PID_FIRST.match(rest)) is not None:
         attributes.update({k: v for k, v in pid.groupdict().items() if v is not None})
         rest = rest[pid.end() :]
@@ -592,12 +605,16 @@ def _from_iso(line: str, default_service: str) -> ParsedLine | None:
     elif level is not None and service is None and (mysql := _MYSQL_TAIL.match(message)) is not None:
         attributes.update(code=mysql["code"], subsystem=mysql["subsystem"])
         message = mysql["msg"]
+    elif level is not None and service is None and (nginx := _NGINX_TAIL.match(message)) is not None:
+        attributes.update({k: v for k, v in nginx.groupdict().items() if k != "msg" and v is not None})
+        message = nginx["msg"]
     return _entry(ts, service or default_service, level, message, attributes)
 
 
 #: a second time after the first (an application's own, in whatever shape it writes it)
 _INNER_TIME = re.compile(
-    r"\[?\d{4}[-/]\d{2}[-/]\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:\s?(?:[Zz]|[+-]\d{2}:?\d{2}|UTC|GMT))?\]?\s+"
+    r"\[?\d{4}[-/]\d{2}[-/]\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:\s?(?:[Zz]|[+-]\d{2}:?\d{2}|UTC|GMT))?"
+    r"(?:\]?\s+|\](?=\[))|\d{2}:\d{2}:\d{2}[.,]\d{3,9}\s+(?=\[)"
 )
 #: a level, then the application's own time: ``ERROR 2026-08-05 22:10:09,730 django.request …``
 _LEVEL_THEN_TIME = re.compile(rf"^(?P<lvl>[A-Z]{{4,8}})\s+{_ISO}\s+(?P<msg>\S.*)$", re.S)
@@ -605,6 +622,8 @@ _LEVEL_THEN_TIME = re.compile(rf"^(?P<lvl>[A-Z]{{4,8}})\s+{_ISO}\s+(?P<msg>\S.*)
 _PID_FIRST = re.compile(r"(?:\[(?P<pid>\d{1,10})\]:?|(?P<thread>\d{1,10})(?=\s+\[[A-Za-z]))\s+")
 #: what MySQL writes after its level: ``[MY-010055] [Server] …``
 _MYSQL_TAIL = re.compile(r"^\[(?P<code>MY-\d+)\]\s+\[(?P<subsystem>[A-Za-z]+)\]\s+(?P<msg>.*)$", re.S)
+#: what nginx's error log writes after its level: ``29#29: *1 connect() failed …`` (pid, thread, connection)
+_NGINX_TAIL = re.compile(r"^(?P<pid>\d{1,10})#(?P<tid>\d{1,10}): (?:\*(?P<connection>\d{1,20}) )?(?P<msg>.*)$", re.S)
 #: the JVM's unified logging after its time: ``[info][gc,heap] GC(12) Pause Young …``
 _JVM_TAGS = re.compile(r"^\[(?P<lvl>trace|debug|info|warning|error) *\]\[(?P<tags>[a-z0-9,]+) *\] ?(?P<msg>.*)$", re.S)
 #: Spring Boot's console line after its level: ``1 --- [main] o.s.b.SpringApplication : msg``
@@ -622,6 +641,98 @@ _REDIS = re.compile(
     re.S,
 )
 _REDIS_LEVELS = {".": "DEBUG", "-": "DEBUG", "*": "INFO", "#": "WARN"}
+
+
+# Layouts read whole, each a pattern with a ``lvl`` and a ``msg`` group; its other named groups
+# are kept as attributes, but ``when``, a time of the layout's own (see ``_TIMED``).
+
+#: Python's logging in its basic format, ``LEVEL:logger:message``, or with the line number
+#: (parsedmarc's ``%(levelname)8s:%(filename)s:%(lineno)d:%(message)s``)
+_PYTHON_BASIC = re.compile(
+    r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.\-]{1,200}):(?:(?P<lineno>\d{1,7}):)?(?P<msg>.*)$",
+    re.S,
+)
+#: Python's logging cookbook: ``%(asctime)s - %(name)s - %(levelname)s - %(message)s``, after the time
+_PYTHON_DASHED = re.compile(r"^- (?:(?P<logger>[^\s]{1,200}) - )?(?P<lvl>[A-Z]{4,8}) - (?P<msg>.*)$", re.S)
+#: Airflow's task log after its time: ``{taskinstance.py:1234} ERROR - Task failed``
+_AIRFLOW = re.compile(r"^\{(?P<source>[^}\s]{1,200})\} (?P<lvl>[A-Z]{4,8}) - (?P<msg>.*)$", re.S)
+#: the Elastic stack's log4j layout after its time (Logstash, Elasticsearch before 8):
+#: ``[WARN ][logstash.outputs.elasticsearch][main][es-out] msg``, ``[INFO ][o.e.n.Node] [node-1] msg``
+_ELASTIC = re.compile(
+    r"^\[(?P<lvl>[A-Z]{4,5}) *\]\[(?P<logger>[^\]]{1,200}?) *\](?:\[(?P<pipeline>[^\]\s]{1,200})\])?"
+    r"(?:\[(?P<plugin>[^\]\s]{1,200})\])? ?(?P<msg>.*)$",
+    re.S,
+)
+#: Envoy (and Istio's sidecars) after its time: ``[14][warning][config] [source/…/grpc_stream.h:163] msg``
+_ENVOY = re.compile(
+    r"^\[(?P<thread>\d{1,10})\]\[(?P<lvl>trace|debug|info|warning|error|critical)\]\[(?P<logger>[\w.]{1,100})\] "
+    r"(?:\[(?P<source>[^\]\s]{1,300})\] )?(?P<msg>.*)$",
+    re.S,
+)
+#: log4j with its context first, ZooKeeper's: ``[myid:2] - WARN  [NIOWorkerThread-4:o.a.z.s.NIOServerCnxn@397] - msg``
+_MDC_FIRST = re.compile(
+    r"^\[(?P<context>[^\]\s]{1,80})\] - (?P<lvl>[A-Z]{4,5}) +\[(?P<thread>[^\]]{1,200})\] - (?P<msg>.*)$", re.S
+)
+#: .NET's console logger: ``fail: Microsoft.AspNetCore.Server.Kestrel[13]``, the message on the
+#: indented lines that follow (folded into it); the category and event id stand for the message
+_DOTNET = re.compile(r"^(?P<lvl>trce|dbug|info|warn|fail|crit): (?P<msg>[\w.`+<>]{1,300}\[\d{1,10}\])\s*$", re.S)
+_DOTNET_LEVELS = {"fail": "ERROR", "crit": "FATAL"}
+#: what follows an ISO time, in these layouts
+_AFTER_TIME = (_PYTHON_BASIC, _PYTHON_DASHED, _AIRFLOW, _ELASTIC, _ENVOY, _MDC_FIRST, _DOTNET)
+
+#: Apache httpd's error log: ``[Mon Nov 30 10:01:59.123456 2026] [proxy:error] [pid 1:tid 2] (111)…``
+_APACHE = re.compile(
+    r"^\[(?P<when>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d{1,6})? \d{4})\] "
+    r"\[(?:(?P<module>[\w-]{1,50}):)?(?P<lvl>emerg|alert|crit|error|warn|notice|info|debug|trace\d)\] "
+    r"(?:\[pid (?P<pid>\d{1,10})(?::tid (?P<tid>\d{1,20}))?\] )?(?:\[client (?P<client>[^\]\s]{1,100})\] )?(?P<msg>.*)$",
+    re.S,
+)
+#: log4j's default in Spark and Hadoop: ``26/11/30 10:01:59 WARN TaskSetManager: Lost task …``
+_SPARK = re.compile(
+    r"^(?P<when>\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2})\s+(?P<lvl>[A-Z]{4,5})\s+(?P<logger>[\w.$]{1,200}):\s(?P<msg>.*)$",
+    re.S,
+)
+#: the level, the thread, then the time: Cassandra's ``WARN  [main] 2026-11-30 10:01:59,123 File.java:123 - msg``
+_LEVEL_THREAD_TIME = re.compile(
+    rf"^(?P<lvl>[A-Z]{{4,5}})\s+\[(?P<thread>[^\]]{{1,200}})\]\s+(?P<when>{_ISO})\s+"
+    r"(?:(?P<source>[\w$.]{1,200}:\d{1,7}) - )?(?P<msg>.*)$",
+    re.S,
+)
+#: layouts with a time of their own shape, and its formats (an ISO time needs none)
+_TIMED = (
+    (_APACHE, ("%a %b %d %H:%M:%S.%f %Y", "%a %b %d %H:%M:%S %Y")),
+    (_SPARK, ("%y/%m/%d %H:%M:%S",)),
+    (_LEVEL_THREAD_TIME, ()),
+)
+
+
+def _layout(text: str, layouts: Sequence[re.Pattern[str]]) -> tuple[str, str, dict[str, Any]] | None:
+    """The level, message and other fields of the first layout ``text`` is written in."""
+    for layout in layouts:
+        m = layout.match(text)
+        if m is None:
+            continue
+        level = normalise_level(m["lvl"]) or _DOTNET_LEVELS.get(m["lvl"])
+        if level is not None:
+            details = {k: v.strip() for k, v in m.groupdict().items() if k not in ("lvl", "msg", "when") and v}
+            return level, m["msg"], details
+    return None
+
+
+def _from_timed_layout(line: str, default_service: str, _now: datetime) -> ParsedLine | None:
+    """A line in one of the ``_TIMED`` layouts, at its own time."""
+    for layout, formats in _TIMED:
+        m = layout.match(line)
+        found = _layout(line, [layout]) if m is not None else None
+        if m is None or found is None:
+            continue
+        when = m["when"].replace("  ", " ")
+        for fmt in formats:
+            with contextlib.suppress(ValueError):
+                return _entry(_aware(datetime.strptime(when, fmt)), default_service, *found)
+        if not formats:
+            return _entry(_timestamp(when), default_service, *found)
+    return None
 
 
 def _record_after_time(rest: str, ts: datetime, default_service: str) -> ParsedLine | None:
@@ -687,7 +798,8 @@ def _service_level_message(rest: str) -> tuple[str | None, str | None, str]:
     """Split what follows the time into service, level and message (either may be absent)."""
     m = _BRACKET_SERVICE_FIRST.match(rest) or _SERVICE_FIRST.match(rest)
     if m is not None and (level := _level_of(m)) is not None:
-        return m["svc"], level, m["msg"]
+        # logback's default ``[main] ERROR com.example.App - msg``: a thread, not a service
+        return (None if _THREAD_NAME.match(m["svc"]) else m["svc"]), level, m["msg"]
     m = _LEVEL_FIRST.match(rest)
     if m is not None and (level := _level_of(m)) is not None:
         after = m["after"] or ""
@@ -844,7 +956,7 @@ def _logfmt(line: str) -> dict[str, Any] | None:
 # files
 
 _CONTINUATION = re.compile(
-    r"^(?:[ \t]+\S|Caused by:|Traceback \(most recent call last\)|\.\.\. \d+ more"
+    r"^(?:[ \t]+(?!(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):)\S|Caused by:|Traceback \(most recent call last\)|\.\.\. \d+ more"
     r"|(?:[a-zA-Z_$][\w$]*\.)*[A-Z][\w$]*(?:Error|Exception|Exit|Interrupt|Warning)\b(?::|$))"
 )
 

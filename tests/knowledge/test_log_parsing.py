@@ -141,6 +141,81 @@ def fields(line: ParsedLine) -> tuple[datetime, str, str, str, dict[str, Any]]:
             (T, "default-svc", "ERROR", "boom", {}),
             id="logfmt-unquoted-default-service",
         ),
+        pytest.param(
+            "2026/11/30 10:02:00 [error] 29#29: *1 connect() failed (111: Connection refused) while connecting to upstream",
+            (
+                T,
+                "default-svc",
+                "ERROR",
+                "connect() failed (111: Connection refused) while connecting to upstream",
+                {"pid": "29", "tid": "29", "connection": "1"},
+            ),
+            id="nginx-error-log",
+        ),
+        pytest.param(
+            "2026/11/30 10:02:00 http: TLS handshake error from 10.0.0.1:5555: EOF",
+            (T, "default-svc", "ERROR", "http: TLS handshake error from 10.0.0.1:5555: EOF", {"level_inferred": True}),
+            id="go-standard-log",
+        ),
+        pytest.param(
+            "[Mon Nov 30 10:02:00.000000 2026] [proxy:error] [pid 123:tid 456] (111)Connection refused: AH00957: failed",
+            (
+                T,
+                "default-svc",
+                "ERROR",
+                "(111)Connection refused: AH00957: failed",
+                {"module": "proxy", "pid": "123", "tid": "456"},
+            ),
+            id="apache-error-log",
+        ),
+        pytest.param(
+            "26/11/30 10:02:00 WARN TaskSetManager: Lost task 0.0 in stage 1.0 (TID 1): ExecutorLostFailure",
+            (
+                T,
+                "default-svc",
+                "WARN",
+                "Lost task 0.0 in stage 1.0 (TID 1): ExecutorLostFailure",
+                {"logger": "TaskSetManager"},
+            ),
+            id="spark-log4j",
+        ),
+        pytest.param(
+            "WARN  [main] 2026-11-30 10:02:00,000 StartupChecks.java:123 - Cassandra server running in degraded mode",
+            (
+                T,
+                "default-svc",
+                "WARN",
+                "Cassandra server running in degraded mode",
+                {"thread": "main", "source": "StartupChecks.java:123"},
+            ),
+            id="cassandra",
+        ),
+        pytest.param(
+            "2026-11-30 10:02:00,000 [http-nio-8080-exec-1] WARN  c.e.OrderController - slow order lookup",
+            (T, "default-svc", "WARN", "c.e.OrderController - slow order lookup", {}),
+            id="logback-thread-is-no-service",
+        ),
+        pytest.param(
+            "2026-11-30 10:02:00,000 - app.worker - ERROR - could not connect to broker",
+            (T, "default-svc", "ERROR", "could not connect to broker", {"logger": "app.worker"}),
+            id="python-cookbook",
+        ),
+        pytest.param(
+            "[2026-11-30T10:02:00.000+0000] {taskinstance.py:1234} ERROR - Task failed with exception",
+            (T, "default-svc", "ERROR", "Task failed with exception", {"source": "taskinstance.py:1234"}),
+            id="airflow",
+        ),
+        pytest.param(
+            "[2026-11-30 10:02:00.000][14][warning][config] [source/common/config/grpc_stream.h:163] stream closed",
+            (
+                T,
+                "default-svc",
+                "WARN",
+                "stream closed",
+                {"thread": "14", "logger": "config", "source": "source/common/config/grpc_stream.h:163"},
+            ),
+            id="envoy",
+        ),
     ],
 )
 def test_plain_text_formats(text: str, expected: tuple[Any, ...]) -> None:
@@ -406,6 +481,49 @@ def test_an_event_seen_many_times_is_read_at_its_first_and_its_last_time(tmp_pat
             ("svc", "INFO", "Starting nats-server", {"pid": "1"}),
             id="nats-server-info",
         ),
+        pytest.param(
+            "2026-11-30T10:02:00Z 2026-11-30 10:01:59,693 [myid:2] - INFO  [SessionTracker:o.a.z.s.ZooKeeperServer@632]"
+            " - Expiring session 0x3000b4f1c2e50021, timeout of 30000ms exceeded",
+            (
+                "svc",
+                "INFO",
+                "Expiring session 0x3000b4f1c2e50021, timeout of 30000ms exceeded",
+                {"context": "myid:2", "thread": "SessionTracker:o.a.z.s.ZooKeeperServer@632"},
+            ),
+            id="zookeeper",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00Z 10:01:59.123 [main] ERROR com.example.App - startup failed",
+            ("svc", "ERROR", "com.example.App - startup failed", {}),
+            id="logback-time-of-day",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00Z fail: Microsoft.AspNetCore.Server.Kestrel[13]",
+            ("svc", "ERROR", "Microsoft.AspNetCore.Server.Kestrel[13]", {}),
+            id="dotnet-console",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00Z [2026-11-30T10:01:59,611][WARN ][logstash.outputs.elasticsearch][main][es-out]"
+            " Could not index event to Elasticsearch.",
+            (
+                "svc",
+                "WARN",
+                "Could not index event to Elasticsearch.",
+                {"logger": "logstash.outputs.elasticsearch", "pipeline": "main", "plugin": "es-out"},
+            ),
+            id="logstash",
+        ),
+        pytest.param(
+            "2026-11-30T10:02:00Z [2026-11-30T10:01:59,611][INFO ][o.e.n.Node               ] [es-0] started",
+            ("svc", "INFO", "[es-0] started", {"logger": "o.e.n.Node"}),
+            id="elasticsearch-7",
+        ),
+        pytest.param(
+            '2026-11-30T10:02:00Z {"@timestamp":"2026-11-30T10:01:59.000Z", "log.level":"WARN", "message":"flood stage'
+            ' disk watermark [95%] exceeded", "service.name":"ES_ECS"}',
+            ("svc", "WARN", "flood stage disk watermark [95%] exceeded", {"service.name": "ES_ECS"}),
+            id="elasticsearch-ecs",
+        ),
     ],
 )
 def test_a_containers_own_line_after_the_kubectl_time(text: str, expected: tuple[Any, ...]) -> None:
@@ -437,6 +555,45 @@ def test_a_message_ending_in_a_colon_takes_the_plain_line_it_announces(tmp_path:
         ("WARN", "a record of its own"),
         ("INFO", "<0.147.62> accepting AMQP connection"),  # (no colon: announces nothing)
         ("INFO", "a line of its own"),
+    ]
+
+
+def test_a_level_padded_on_the_left_begins_an_entry_not_a_continuation(tmp_path: Path) -> None:
+    # Python's ``%(levelname)8s:%(filename)s:%(lineno)d:%(message)s`` indents the shorter levels
+    path = tmp_path / "parsedmarc-5b8d7c9f6-m2k8x.log"
+    path.write_text(
+        "2031-03-02T00:05:20.000000Z     INFO:cli.py:94:Saving aggregate report to Elasticsearch\n"
+        "2031-03-02T00:05:21.000000Z    ERROR:cli.py:126:Elasticsearch Error: RequestError(400, 'validation_exception')\n"
+        "2031-03-02T00:05:22.000000Z  WARNING:utils.py:301:DNS timeout resolving PTR for 203.0.113.146\n"
+        "2031-03-02T00:05:23.000000Z CRITICAL:root:giving up\n"
+    )
+    entries = [e for e in parse_file(path, default_service="parsedmarc", now=NOW) if isinstance(e, ParsedLine)]
+    assert [(e.level, e.message, e.continued, e.level_stated) for e in entries] == [
+        ("INFO", "Saving aggregate report to Elasticsearch", 0, True),
+        ("ERROR", "Elasticsearch Error: RequestError(400, 'validation_exception')", 0, True),
+        ("WARN", "DNS timeout resolving PTR for 203.0.113.146", 0, True),
+        ("FATAL", "giving up", 0, True),
+    ]
+    assert dict(entries[1].attributes) == {"logger": "cli.py", "lineno": "126"}
+    assert dict(entries[3].attributes) == {"logger": "root"}
+
+
+def test_a_dotnet_console_entry_takes_its_message_from_the_indented_line(tmp_path: Path) -> None:
+    path = tmp_path / "orders-api.log"
+    path.write_text(
+        "2026-11-30T10:02:00.000000Z fail: Microsoft.EntityFrameworkCore.Database.Connection[20004]\n"
+        "2026-11-30T10:02:00.000001Z       An error occurred using the connection to database 'orders' on server 'db'.\n"
+        "2026-11-30T10:02:01.000000Z info: Microsoft.Hosting.Lifetime[14]\n"
+        "2026-11-30T10:02:01.000001Z       Now listening on: http://[::]:8080\n"
+    )
+    entries = [e for e in parse_file(path, default_service="orders-api", now=NOW) if isinstance(e, ParsedLine)]
+    assert [(e.level, e.message) for e in entries] == [
+        (
+            "ERROR",
+            "Microsoft.EntityFrameworkCore.Database.Connection[20004] An error occurred using the connection to "
+            "database 'orders' on server 'db'.",
+        ),
+        ("INFO", "Microsoft.Hosting.Lifetime[14] Now listening on: http://[::]:8080"),
     ]
 
 
