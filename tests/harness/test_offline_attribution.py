@@ -1,7 +1,8 @@
 """What ties a line to the incident asked about, as an on-call engineer weighs it: the error the
 question quotes is the symptom whoever logs it, a probe that failed while a pod started and then
 passed is no cause, a measure under its threshold ran out of nothing, a change that shares only
-a word everything uses explains nothing, and a noise note's short quoted word is read as a word.
+a word everything uses explains nothing, a noise note's short quoted word is read as a word, and
+a server's own limit logged as a warning weighs as an error.
 Each on a small incident of its own (times are minutes after 08:00 UTC)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from harness.llm.offline.reasoning import (
     _onset_score,
     documented_noise,
     quoted_messages,
+    rank_causes,
     within_threshold,
 )
 from harness.ports import KnowledgeChunk, LogLine
@@ -85,6 +87,54 @@ def test_a_probe_that_failed_while_the_pod_started_and_then_passed_is_no_cause()
         "What is the root cause?",
         logs=InMemoryLogs(lines),
         sql=deployments(("portal-web", "8.4.0", 92.0)),
+    )
+
+    assert_fallback(run)
+
+
+def test_a_probe_that_failed_only_while_the_pod_started_is_no_cause_however_often_it_was_probed() -> None:
+    # portal-web 8.4.0 went out at 09:32; its new pod took a minute to start, probed every ten
+    # seconds: six refusals in one minute, then it passed. The timeouts from 09:41 say nothing of why.
+    lines = traffic(["portal-web"])
+    lines += burst(
+        "portal-web", "WARN", 91.5, 6,
+        'Unhealthy: Readiness probe failed: Get "https://10.66.3.12:8443/health": dial tcp 10.66.3.12:8443: '
+        "connect: connection refused",
+        1 / 6,
+    )  # fmt: skip
+    lines += burst(
+        "portal-web", "ERROR", 101.4, 8,
+        "Could not load session with id {i}: OperationTimeoutException: Timeout waiting for value",
+        1.5,
+    )  # fmt: skip
+    run = diagnose(
+        "Since about 09:40 UTC customers get logged out of the portal; portal-web logs 'Timeout waiting for value'. "
+        "What is the root cause?",
+        logs=InMemoryLogs(lines),
+        sql=deployments(("portal-web", "8.4.0", 92.0)),
+    )
+
+    assert_fallback(run)
+
+
+def test_an_item_of_input_passed_over_is_handled_not_a_cause() -> None:
+    # order-events 4.12.0 went out at 09:55 and skips a new kind of outbox row; the send timeouts
+    # from 10:10 say nothing of why.
+    lines = traffic(["order-events"])
+    lines += burst(
+        "order-events", "WARN", 116.0, 5, "Skipping outbox row 96{i}: unknown event type ORDER_GIFTWRAP", 3.0
+    )
+    lines += burst(
+        "order-events", "ERROR", 130.0, 12,
+        "Exception thrown when sending a message to topic order-events: TimeoutException: Expiring 3 record(s) "
+        "for order-events-{i}: 30012 ms has passed since batch creation",
+        1.5,
+    )  # fmt: skip
+    run = diagnose(
+        "Since about 10:10 UTC order-events keeps failing to send with TimeoutException: Expiring records. The "
+        "4.12.0 release went out at 09:55 — is it broken? What is the root cause?",
+        logs=InMemoryLogs(lines),
+        sql=deployments(("order-events", "4.12.0", 115.0)),
     )
 
     assert_fallback(run)
@@ -344,3 +394,31 @@ def test_a_noise_note_may_leave_part_of_a_line_out_and_name_lines_by_their_level
     assert documented_noise(ignored, [note])
     assert documented_noise(font, [note])  # a font warning
     assert not documented_noise(failed, [note])  # not a font error
+
+
+def _weighed(level: str, message: str) -> float:
+    """The score of a candidate logged at ``level`` by the search cluster, an hour before the
+    builds' errors that the cluster then refuses."""
+    symptom = Pattern(
+        "Search index update failed: Error <*> Forbidden: blocked by: [FORBIDDEN/<*>/index read-only]",
+        40, "ERROR", ("docs-builder",), at(100), at(140), "", "c1",
+    )  # fmt: skip
+    candidate = Pattern(message, 25, level, ("es-data",), at(40), at(140), message, "c1")
+    ev = Evidence(
+        patterns=[symptom, candidate], ignored=0, symptom=symptom, rows=[], knowledge_words=set(), asked=frozenset()
+    )
+    return {p.level: score for score, p in rank_causes(ev)}[level]
+
+
+def test_a_server_s_own_limit_logged_as_a_warning_weighs_as_the_same_line_at_error() -> None:
+    # Elasticsearch logs its flood-stage watermark at WARN, RabbitMQ its memory alarm: what the
+    # server refuses follows from it as from an error. A failed probe at WARN stays a warning,
+    limit = (
+        "flood stage disk watermark [95%] exceeded on [es-data-1], all indices on this node will be marked read-only"
+    )
+    assert _weighed("WARN", limit) == _weighed("ERROR", limit)
+    probe = 'Unhealthy: Readiness probe failed: Get "http://10.0.0.5:9200/": context deadline exceeded'
+    assert _weighed("WARN", probe) < _weighed("ERROR", probe)
+    # nor is a service without endpoints (an ingress says so of a workload rolling out)
+    endpoint = 'Service "shop/checkout" does not have any active Endpoint.'
+    assert _weighed("WARN", endpoint) < _weighed("ERROR", endpoint)

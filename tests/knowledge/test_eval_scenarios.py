@@ -619,10 +619,6 @@ PUBLIC_KNOWN_FAILURES = {
         "expected a fallback; a new warning right after the release ('unknown event type') is taken for "
         "the cause of send timeouts it says nothing about"
     ),
-    "h7-parsedmarc-es-shard-limit": (
-        "falls back: Kibana, which the question names in passing, is taken as the subject, and none of "
-        "its lines is the symptom"
-    ),
     "h7-promtail-inotify-instances": (
         "names 'too many open files' from the file watcher, not the inotify instance limit the node table shows"
     ),
@@ -692,7 +688,6 @@ SHARED_KNOWN_FAILURES = {
         "incident's failed readiness probe (of a workload also called search) is taken"
     ),
     "h2-check-ingress-504-nocause": "expected a fallback; " + _NOT_EXAMINED,
-    "h3-nsfw-consumer-rejoins-nocause": "expected a fallback; " + _NOT_EXAMINED,
     "h3-balance-sync-commit-failed": _NOT_EXAMINED,
     "h3-social-nginx-no-live-upstreams": _NOT_EXAMINED,
     "ledger-worker-oomkilled": _SHARED_TEMPLATE,

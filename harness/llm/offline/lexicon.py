@@ -184,23 +184,36 @@ LOOPBACK_LISTEN = re.compile(
 #: What a program or server says when it knows why it cannot go on: the operating system's error
 #: messages (``strerror``) and a server's own limits. Such a line states its reason, as an
 #: orchestrator's diagnosis does; "Too Many Requests" does not (it is a limiter's symptom).
-STATED_REASON = re.compile(
-    r"\bexec\s+format\s+error\b|\bno\s+space\s+left\s+on\s+device\b|\bread-only\s+file\s*system\b|"
-    r"\bcannot\s+allocate\s+memory\b|\btoo\s+many\s+open\s+files\b|\baddress\s+already\s+in\s+use\b|"
-    r"\bpermission\s+denied\b|\boperation\s+not\s+permitted\b|\bno\s+such\s+file\s+or\s+directory\b|"
+#: a server at a limit of its own, on how many, how big or how much: what it then refuses
+SERVER_LIMIT = re.compile(
     r"\btoo\s+many\s+(?:clients|connections)\b|\bremaining\s+connection\s+slots\s+are\s+reserved\b|"
-    # a server's own limit on how many or how big ("Too many parts", "maximum payload exceeded");
-    # not a rate limiter's "Too Many Requests", which is its symptom
+    # ("Too many parts", "maximum payload exceeded"); not a rate limiter's "Too Many Requests",
+    # which is its symptom
     r"\btoo\s+many\s+(?!requests?\b|retries\b|restarts\b)[a-z]{3,}\b|"
     r"\bmaximum\s+(?:payload|message\s+size|packet\s+size|request\s+size)\s+exceeded\b|\bpayload\s+too\s+large\b|"
     r"\b(?:message|payload|request|response|packet|frame)\s+(?:is\s+)?larger\s+than\s+(?:the\s+)?max(?:imum)?\b|"
     # a broker's own limit on how long a delivery may go unacknowledged (RabbitMQ's consumer_timeout)
     r"\bdelivery\s+acknowledge?ment\s+(?:on\s+channel\s+\S+\s+)?timed\s+out\b|"
-    # a secrets store that cannot decrypt what it holds until it is unsealed
-    r"\b(?:vault\s+|server\s+|store\s+)?is\s+sealed\b|"
     # a header bigger than the proxy's buffer or the server's limit for it
     r"\btoo\s+big\s+header\b|\bheaders?\s+(?:is\s+|are\s+)?too\s+(?:large|big|long)\b|\bheader\s+or\s+cookie\s+too\s+large\b|"
-    r"\bcertificate\s+(?:has\s+)?expired\b|\bdisk\s+quota\s+exceeded\b|"
+    r"\bdisk\s+quota\s+exceeded\b|"
+    # a store or a table that is full, a limit or an alarm that was reached: what it then refuses
+    r"\b(?:table|queue|buffer|disk|volume|partition|database|backlog)\s+(?:is\s+)?full\b|"
+    r"\b(?:memory|disk)\s+(?:resource\s+)?(?:limit\s+)?alarm\b|\bwatermark\b[^.;]{0,80}?\bexceeded\b|"
+    r"\b(?:database\s+|storage\s+)?space\s+exceeded\b|\bquota\s+(?:exceeded|reached)\b|"
+    r"\b(?:memory|connections?|files?|process(?:es)?|size|storage)\s+limit\s+(?:exceeded|reached)\b|"
+    # a server at the limit a setting of its own puts on it ("server reached pm.max_children setting")
+    r"\breached\s+(?:the\s+|its\s+)?(?:[a-z_.]*max[a-z_.]*\s+setting|max(?:imum)?\s+number\s+of\s+\w+)\b|"
+    r"\bexceeded\s+(?:its\s+|the\s+)?quota\b|\bmaxmemory\b",
+    re.IGNORECASE,
+)
+STATED_REASON = re.compile(
+    r"\bexec\s+format\s+error\b|\bno\s+space\s+left\s+on\s+device\b|\bread-only\s+file\s*system\b|"
+    r"\bcannot\s+allocate\s+memory\b|\btoo\s+many\s+open\s+files\b|\baddress\s+already\s+in\s+use\b|"
+    r"\bpermission\s+denied\b|\boperation\s+not\s+permitted\b|\bno\s+such\s+file\s+or\s+directory\b|"
+    # a secrets store that cannot decrypt what it holds until it is unsealed
+    r"\b(?:vault\s+|server\s+|store\s+)?is\s+sealed\b|"
+    r"\bcertificate\s+(?:has\s+)?expired\b|"
     # a name that does not resolve, as resolvers and the programs asking them say it
     r"\bhost\s+not\s+found\b|\bno\s+such\s+host\b|\bname\s+or\s+service\s+not\s+known\b|\bnxdomain\b|"
     r"\bcould\s+not\s+resolve\s+host\b|\btemporary\s+failure\s+in\s+name\s+resolution\b|\bEAI_AGAIN\b|"
@@ -216,15 +229,10 @@ STATED_REASON = re.compile(
     r"(?:not\s+(?:set|specified|defined)|undefined)\b|\bmust\s+(?:specify|set|provide)\b|"
     # a service with no pod behind it
     r"\bdoes\s+not\s+have\s+any\s+active\s+endpoints?\b|\bno\s+endpoints\s+available\b|"
-    # a store or a table that is full, a limit or an alarm that was reached: what it then refuses
-    r"\b(?:table|queue|buffer|disk|volume|partition|database|backlog)\s+(?:is\s+)?full\b|"
     r"\bdropp(?:ing|ed)\s+(?:packets?|messages?|connections?)\b|"
-    r"\b(?:memory|disk)\s+(?:resource\s+)?(?:limit\s+)?alarm\b|\bwatermark\b[^.;]{0,80}?\bexceeded\b|"
-    r"\b(?:database\s+|storage\s+)?space\s+exceeded\b|\bquota\s+(?:exceeded|reached)\b|"
-    r"\b(?:memory|connections?|files?|process(?:es)?|size|storage)\s+limit\s+(?:exceeded|reached)\b|"
-    # a server at the limit a setting of its own puts on it ("server reached pm.max_children setting")
-    r"\breached\s+(?:the\s+|its\s+)?(?:[a-z_.]*max[a-z_.]*\s+setting|max(?:imum)?\s+number\s+of\s+\w+)\b|"
-    r"\bexceeded\s+(?:its\s+|the\s+)?quota\b|\bmaxmemory\b|" + LOOPBACK_LISTEN.pattern,
+    + SERVER_LIMIT.pattern
+    + "|"
+    + LOOPBACK_LISTEN.pattern,
     re.IGNORECASE,
 )
 #: a reason in the orchestrator's words or the system's, whichever the text states
@@ -234,6 +242,15 @@ ANY_REASON = re.compile(f"{ORCHESTRATOR_DIAGNOSIS.pattern}|{STATED_REASON.patter
 SETTING_NAMED = re.compile(
     r"\b(?:configured|than|exceeds?|exceeded|increas(?:e|ing)|rais(?:e|ing)|reduc(?:e|ing))\s+(?:the\s+)?['\"`]?"
     r"[a-z][a-z0-9]*(?:[._][a-z0-9]+){1,}\b",
+    re.IGNORECASE,
+)
+#: a program passing over one item of its input and going on ("Skipping outbox row 963: unknown
+#: event type", "ignoring event with unknown schema version"): input it handled, not a failure
+HANDLED_INPUT = re.compile(
+    r"\b(?:skipp(?:ing|ed)|ignor(?:ing|ed)|discard(?:ing|ed)|dropp(?:ing|ed))\s+"
+    r"(?:(?:an?|the|this|outbox|inbox|queued|unknown|invalid|malformed|duplicate|stale|late|empty)\s+){0,2}"
+    r"(?:rows?|events?|records?|items?|entr(?:y|ies)|notifications?|updates?|payloads?|documents?|"
+    r"spans?|metrics?|samples?|lines?)\b",
     re.IGNORECASE,
 )
 #: a failure that is only a wait that ran out ("context deadline exceeded", "timed out"): the way

@@ -38,11 +38,13 @@ from harness.llm.offline.evidence import (
 from harness.llm.offline.lexicon import (
     CAUSE_TERMS,
     CREATION_TERMS,
+    HANDLED_INPUT,
     LOOPBACK_LISTEN,
     NOISE_CUE,
     ORCHESTRATOR_DIAGNOSIS,
     REFUSED,
     RESTATEMENT,
+    SERVER_LIMIT,
     STATE_TERMS,
     STATED_REASON,
     STATIC_REASON,
@@ -691,7 +693,9 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         # A state row's time is when it was observed, not when the state began.
         # (a subject's failure over before the report, hours before it, is what it reports later)
         onset = 0.0 if p.table else 1.5 if _failed_before(p, ev) else _onset_score(p, ev.symptom_began)
-        value += onset + (1.0 if p.rank >= 3 else 0.0)
+        # (an error; or a warning that states a server's own limit reached, which many servers
+        # log at WARN: Elasticsearch's flood-stage watermark, RabbitMQ's memory alarm)
+        value += onset + (1.0 if p.rank >= 3 or (p.rank >= 2 and _server_limit(p)) else 0.0)
         if _reports_elsewhere(p, blamed):
             value -= 1.0  # a proxy or client telling of its upstream's failure: a witness, not a cause
         elif set(p.services) & set(symptom.services):
@@ -740,6 +744,8 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         # the symptom's own events told by another part of them (its stack trace's last frame, the
         # pool's line for the worker whose task then failed)
         and not _told_twice(p, symptom)
+        # a program passing over one item of its input and going on: handled, whatever followed
+        and not (HANDLED_INPUT.search(p.template) and not stated_reason(p))
         # what says nothing broke or ran out ("cache refresh took 3s"), and follows no change that
         # touches it, explains no failure; nor does what the question itself tells of ("RabbitMQ
         # keeps closing the connections")
@@ -869,17 +875,19 @@ def only_waits(p: Pattern) -> bool:
 _PROBE = re.compile(r"\b(?:readiness|liveness|startup)\s+probe\b", re.IGNORECASE)
 
 
-#: how many failures of a probe a pod starting up may show
+#: how many failures of a probe a pod starting up may show, or over how long (a probe every 10 s
+#: fails as often as the minute an application takes to start allows)
 STARTUP_PROBE_FAILURES = 3
+STARTUP_SPAN = timedelta(minutes=2)
 
 
 def _probe_passed_again(p: Pattern, began: datetime | None) -> bool:
-    """Whether the pattern is a probe that failed only a few times and was passing again a
-    while before the symptom ``began``."""
+    """Whether the pattern is a probe that failed only a few times, or only for the while a pod
+    takes to start, and was passing again a while before the symptom ``began``."""
     return (
         began is not None
         and p.last is not None
-        and p.count <= STARTUP_PROBE_FAILURES
+        and (p.count <= STARTUP_PROBE_FAILURES or (p.first is not None and p.last - p.first <= STARTUP_SPAN))
         and p.last < began - timedelta(minutes=1)
         and bool(_PROBE.search(p.template))
     )
@@ -914,6 +922,14 @@ def stated_reason(p: Pattern) -> str:
     """The reason the pattern states in an orchestrator's or the system's words ("oomkilled",
     "too many clients"), lower-cased, or ``""``."""
     return _reason_in(_beyond_restatement(p))
+
+
+def _server_limit(p: Pattern) -> bool:
+    """Whether the pattern states a limit of the server's own that was reached (a watermark, a
+    quota, a table full, too many clients): what it then refuses, whatever level it is logged at.
+    Not another reason (a service without endpoints, a failed probe), which a warning may state
+    of what is only on its way to failing."""
+    return SERVER_LIMIT.search(_beyond_restatement(p)) is not None
 
 
 @functools.lru_cache(maxsize=4096)
