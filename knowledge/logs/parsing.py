@@ -961,8 +961,12 @@ _CONTINUATION = re.compile(
 )
 
 
-#: a stack trace's exception line: ``psycopg2.OperationalError: …``, ``Caused by: java.io.IOException: …``
-_RAISED = re.compile(r"^(?:Caused by: )?(?P<exception>(?:[a-zA-Z_$][\w$]*\.)*[A-Z][\w$]*(?:Error|Exception)\b: .+)$")
+#: a stack trace's exception line: ``psycopg2.OperationalError: …``, ``Caused by: java.io.IOException: …``,
+#: .NET's inner one: ``---> System.Net.Http.HttpRequestException (0x80004005): …``
+_RAISED = re.compile(
+    r"^(?:Caused by: |---> )?(?P<exception>(?:[a-zA-Z_$][\w$]*\.)*[A-Z][\w$]*(?:Error|Exception)\b"
+    r"(?: \(0x[0-9A-Fa-f]{8}\))?: .+)$"
+)
 _RAISED_CHARS = 300
 #: a continuation line that goes on with the message's prose: indented words, not a stack frame
 _WRAPPED = re.compile(r"^[ \t]+(?!at |File |\.\.\. |Caused by|Traceback)[A-Za-z\"'(][^\n]{0,300}$")
@@ -1042,7 +1046,14 @@ def parse_stream(
         level = pending.level
         if not pending.level_stated and (shown := infer_level(text)) and LEVELS.index(shown) > LEVELS.index(level):
             level, attributes[LEVEL_INFERRED] = shown, True  # a stack trace under an unlevelled line
-        message = pending.message
+        # the indented note before the trace goes on with the message (.NET's console writes the
+        # whole message there, under its ``fail: Category[id]`` line)
+        note = []
+        for line in folded:
+            if not _WRAPPED.match(line) or _RAISED.match(line.strip()):
+                break
+            note.append(line.strip())
+        message = " ".join([pending.message, *note])[:MAX_MESSAGE_CHARS]
         # What a reader of the trace looks for: the exception it ends in (the last "Caused by"),
         # said with the message, so it can be searched and counted.
         raised = [i for i, line in enumerate(folded) if _RAISED.match(line.strip())]
@@ -1050,7 +1061,7 @@ def parse_stream(
             # the exception's own message may go on over indented lines ("Is the server running
             # on host "profile-db" …")
             last = raised[-1]
-            said = [folded[last].strip().removeprefix("Caused by: ")]
+            said = [folded[last].strip().removeprefix("Caused by: ").removeprefix("---> ")]
             said += [line.strip() for line in folded[last + 1 : last + 3] if _WRAPPED.match(line)]
             exception = " ".join(said)[:_RAISED_CHARS]
             if exception not in message:

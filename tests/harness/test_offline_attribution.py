@@ -15,6 +15,7 @@ from harness.llm.offline.reasoning import (
     Evidence,
     _change_support,
     _onset_score,
+    _quotes_the_symptom,
     documented_noise,
     quoted_messages,
     rank_causes,
@@ -422,3 +423,43 @@ def test_a_server_s_own_limit_logged_as_a_warning_weighs_as_the_same_line_at_err
     # nor is a service without endpoints (an ingress says so of a workload rolling out)
     endpoint = 'Service "shop/checkout" does not have any active Endpoint.'
     assert _weighed("WARN", endpoint) < _weighed("ERROR", endpoint)
+
+
+def test_the_symptom_quoted_inside_another_line_is_the_symptom_again() -> None:
+    # The error handler and the health check report the pool's own timeout, a little later than
+    # the pool and with a prefix of their own: they say nothing of why the pool ran dry.
+    lines = traffic(["loyalty-api"])
+    timeout = "HikariPool-1 - Connection is not available, request timed out after 30000ms."
+    lines += burst("loyalty-api", "ERROR", 120.0, 60, timeout, 0.5)
+    lines += burst(
+        "loyalty-api", "ERROR", 120.3, 20,
+        f"Error handler threw an exception — java.sql.SQLTransientConnectionException: {timeout}",
+        1.5,
+    )  # fmt: skip
+    lines += burst(
+        "loyalty-api",
+        "WARN",
+        120.6,
+        20,
+        f"DataSource health check failed — SQLTransientConnectionException: {timeout}",
+        1.5,
+    )
+    run = diagnose(
+        "Since about 10:00 UTC loyalty-api answers 500s and its logs say 'Connection is not available'. "
+        "What is the root cause?",
+        logs=InMemoryLogs(lines),
+        sql=no_tables(),
+    )
+
+    assert_fallback(run)
+
+
+def test_a_server_s_line_that_a_client_s_error_quotes_is_no_restatement() -> None:
+    said = "upstream request to the ledger timed out after <*> ms while waiting for the reply from the ledger"
+    symptom = Pattern(said, 200, "ERROR", ("checkout",), at(60), at(90), "", "c")
+    # the ledger gateway's own line, which the client's error quotes, is where it came from
+    server = Pattern(f"push error: {said}", 300, "WARN", ("ledger-gateway",), at(59), at(90), "", "c")
+    # the client's own error handler telling of it again is the symptom once more
+    handler = Pattern(f"Error handler threw an exception: {said}", 20, "ERROR", ("checkout",), at(61), at(90), "", "c")
+    assert not _quotes_the_symptom(server, symptom)
+    assert _quotes_the_symptom(handler, symptom)

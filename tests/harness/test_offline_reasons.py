@@ -176,11 +176,17 @@ def test_full_stores_and_reached_limits_are_stated_reasons_and_a_rate_limiter_is
         "Code: 503. Errors: * Vault is sealed",
         "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout value used: 1800000 ms",
         "upstream sent too big header while reading response header from upstream",
+        "user=prod-eu: per-user series limit of 1500000 exceeded (err-mimir-max-series-per-user)",
+        "Error opening new searcher. exceeded limit of maxWarmingSearchers=2, try again later.",
+        "Connection leak detection triggered for org.postgresql.jdbc.PgConnection@762bf6ae on thread exec-3",
+        "AADSTS7000222: The provided client secret keys for app '6f1c9a' are expired.",
     ]:
         assert STATED_REASON.search(reason), reason
     assert ORCHESTRATOR_DIAGNOSIS.search("Cannot evict pod as it would violate the pod's disruption budget.")
     for symptom in [
         "rate limit exceeded",
+        "rate limit of 100 requests exceeded",
+        "time limit of 30s exceeded",
         "429 Too Many Requests",
         "request timed out after 5000 ms",
         "giving up after too many retries",

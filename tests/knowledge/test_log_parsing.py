@@ -581,6 +581,12 @@ def test_a_level_padded_on_the_left_begins_an_entry_not_a_continuation(tmp_path:
 def test_a_dotnet_console_entry_takes_its_message_from_the_indented_line(tmp_path: Path) -> None:
     path = tmp_path / "orders-api.log"
     path.write_text(
+        "2026-11-30T10:01:59.000000Z fail: Billing.InvoicePdfEndpoint[0]\n"
+        "2026-11-30T10:01:59.000001Z       Invoice INV-1 not rendered: signing unavailable (503)\n"
+        "2026-11-30T10:01:59.000002Z       Azure.Identity.AuthenticationFailedException: ClientSecretCredential failed\n"
+        "2026-11-30T10:01:59.000003Z        ---> Microsoft.Identity.Client.MsalServiceException (0x80131500): AADSTS7000222:"
+        " The provided client secret keys are expired.\n"
+        "2026-11-30T10:01:59.000004Z          at Billing.Signer.SignAsync()\n"
         "2026-11-30T10:02:00.000000Z fail: Microsoft.EntityFrameworkCore.Database.Connection[20004]\n"
         "2026-11-30T10:02:00.000001Z       An error occurred using the connection to database 'orders' on server 'db'.\n"
         "2026-11-30T10:02:01.000000Z info: Microsoft.Hosting.Lifetime[14]\n"
@@ -588,6 +594,12 @@ def test_a_dotnet_console_entry_takes_its_message_from_the_indented_line(tmp_pat
     )
     entries = [e for e in parse_file(path, default_service="orders-api", now=NOW) if isinstance(e, ParsedLine)]
     assert [(e.level, e.message) for e in entries] == [
+        (  # the note under the entry goes on with its message; the trace's innermost exception follows
+            "ERROR",
+            "Billing.InvoicePdfEndpoint[0] Invoice INV-1 not rendered: signing unavailable (503) — "
+            "Microsoft.Identity.Client.MsalServiceException (0x80131500): AADSTS7000222: The provided client secret "
+            "keys are expired.",
+        ),
         (
             "ERROR",
             "Microsoft.EntityFrameworkCore.Database.Connection[20004] An error occurred using the connection to "

@@ -202,6 +202,8 @@ SERVER_LIMIT = re.compile(
     r"\b(?:memory|disk)\s+(?:resource\s+)?(?:limit\s+)?alarm\b|\bwatermark\b[^.;]{0,80}?\bexceeded\b|"
     r"\b(?:database\s+|storage\s+)?space\s+exceeded\b|\bquota\s+(?:exceeded|reached)\b|"
     r"\b(?:memory|connections?|files?|process(?:es)?|size|storage)\s+limit\s+(?:exceeded|reached)\b|"
+    # a limit of so many (series, searchers, shards) that was exceeded; not a rate or a time limit
+    r"\b(?!(?:rate|time)\b)[a-z]{3,}\s+limit\s+of\s+\S+\s+(?:exceeded|reached)\b|\bexceeded\s+(?:the\s+)?limit\s+of\b|"
     # a server at the limit a setting of its own puts on it ("server reached pm.max_children setting")
     r"\breached\s+(?:the\s+|its\s+)?(?:[a-z_.]*max[a-z_.]*\s+setting|max(?:imum)?\s+number\s+of\s+\w+)\b|"
     r"\bexceeded\s+(?:its\s+|the\s+)?quota\b|\bmaxmemory\b",
@@ -227,6 +229,11 @@ STATED_REASON = re.compile(
     r"argument|header|secret|permission|scope|role|column|table|index|file)s?\b|"
     r"\b(?:environment\s+variable|variable|setting|option|parameter|password|key)\s+\S+\s+is\s+"
     r"(?:not\s+(?:set|specified|defined)|undefined)\b|\bmust\s+(?:specify|set|provide)\b|"
+    # a pool that lent a connection nobody gave back (HikariCP's leak detection)
+    r"\bconnection\s+leak\b|"
+    # a credential the other end no longer accepts for its age
+    r"\b(?:client\s+)?secret(?:\s+keys?)?\s+(?:for\s+(?:\S+\s+){1,3}?)?(?:are|is|has|have)\s+(?:been\s+)?expired\b|"
+    r"\b(?:password|credentials?)\s+(?:has\s+|have\s+)?expired\b|"
     # a service with no pod behind it
     r"\bdoes\s+not\s+have\s+any\s+active\s+endpoints?\b|\bno\s+endpoints\s+available\b|"
     r"\bdropp(?:ing|ed)\s+(?:packets?|messages?|connections?)\b|"

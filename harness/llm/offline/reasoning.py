@@ -33,6 +33,7 @@ from harness.llm.offline.evidence import (
     change_rows,
     empty_windows,
     knowledge_passages,
+    literal,
     log_patterns,
 )
 from harness.llm.offline.lexicon import (
@@ -744,6 +745,9 @@ def rank_causes(ev: Evidence) -> list[tuple[float, Pattern]]:
         # the symptom's own events told by another part of them (its stack trace's last frame, the
         # pool's line for the worker whose task then failed)
         and not _told_twice(p, symptom)
+        # the symptom's own error quoted inside another line (an error handler's, a health check's
+        # report of the very exception)
+        and not _quotes_the_symptom(p, symptom)
         # a program passing over one item of its input and going on: handled, whatever followed
         and not (HANDLED_INPUT.search(p.template) and not stated_reason(p))
         # what says nothing broke or ran out ("cache refresh took 3s"), and follows no change that
@@ -809,6 +813,24 @@ def _told_twice(p: Pattern, symptom: Pattern) -> bool:
     # (as many: a window's edge may cut one of a pair)
     alike = abs(p.count - symptom.count) <= max(1.0, 0.1 * symptom.count)
     return alike and abs(p.first - symptom.first) <= TOLD_TWICE
+
+
+#: the symptom's words another line must hold, at least, to be the symptom quoted again
+QUOTED_SYMPTOM_WORDS = 5
+
+
+def _quotes_the_symptom(p: Pattern, symptom: Pattern) -> bool:
+    """Whether the pattern is the symptom's own service holding the symptom's message ("Error
+    handler threw an exception — …SQLTransientConnectionException: HikariPool-1 - Connection is
+    not available, request timed out") and stating no reason of its own beside it. (Another
+    service's line that holds it is where a client's error came from: the server's own words.)"""
+    own = literal(symptom.template)
+    if not set(p.services) & set(symptom.services):
+        return False
+    if len(own.split()) < QUOTED_SYMPTOM_WORDS or own.lower() not in p.template.lower():
+        return False
+    rest = p.template.lower().replace(own.lower(), " ")
+    return not _reason_in(rest)
 
 
 def _failed_before(p: Pattern, ev: Evidence) -> bool:
