@@ -36,7 +36,7 @@ PUBLIC = HERE / "public_incidents"
 #: the development set, then the held-out sets, each built after the run of the one before
 PUBLIC_SETS = [
     PUBLIC / name / "scenarios"
-    for name in ("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7")
+    for name in ("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8")
 ]
 
 #: the longest any one evaluation may take, from its start

@@ -622,6 +622,29 @@ PUBLIC_KNOWN_FAILURES = {
     "h7-promtail-inotify-instances": (
         "names 'too many open files' from the file watcher, not the inotify instance limit the node table shows"
     ),
+    # the eighth held-out set: at its first run it hit one root cause (1/7) and one fallback (1/3)
+    "h8-billing-documents-azure-client-secret-expired": (
+        "names the endpoint's 'signing unavailable (503)', not the expired client secret its .NET inner "
+        "exception states past the part of the trace that is kept"
+    ),
+    "h8-forum-solr-max-warming-searchers": (
+        "the four connection refusals of Solr's restart, before the reported time, are taken as the symptom, "
+        "which then explains itself; the maxWarmingSearchers errors that began after them are dropped"
+    ),
+    "h8-loyalty-api-hikari-connection-leak": (
+        "names the pool's 'Failed to validate connection', not the leak detector, whose reports the team's "
+        "document calls noise for the hourly job only"
+    ),
+    "h8-media-minio-write-quorum-nocause": (
+        "expected a fallback; a disk of another MinIO node going offline is taken for the cause"
+    ),
+    "h8-ops-gateway-istio-authz-provider-missing": (
+        "names oauth2-proxy's cookie-refresh warning, not istiod's 'found errors in provider' for the "
+        "authorization policy"
+    ),
+    "h8-orders-db-wal-inactive-replication-slot": (
+        _NEEDS_A_SECOND_HOP + " (the inactive replication slot that kept the WAL which filled the disk)"
+    ),
 }
 
 
@@ -671,8 +694,20 @@ _NOT_EXAMINED = "diagnosed alone, not together with the others; why is not exami
 _TABLES_NOT_READ = (
     "of the merged database's many change tables, the four read do not include the one that holds the cause"
 )
+#: missed alone, diagnosed with every incident in the database: another incident's document calls
+#: HikariCP's "Failed to validate connection" warnings noise, and the leak detector is what is left
+SHARED_BUT_NOT_ALONE = {"h8-loyalty-api-hikari-connection-leak"}
+_YEARS_READ_ONE_BY_ONE = (
+    "the question gives a day without a year, or no day: the window of that day is read in each year back "
+    "from the newest evidence's, one query a year, and since the eighth set (2032) those queries use up "
+    "the tool budget before any change table is read"
+)
 SHARED_KNOWN_FAILURES = {
-    **{name: "as alone: " + reason for name, reason in PUBLIC_KNOWN_FAILURES.items()},
+    **{
+        name: "as alone: " + reason
+        for name, reason in PUBLIC_KNOWN_FAILURES.items()
+        if name not in SHARED_BUT_NOT_ALONE
+    },
     "cache-stampede": _UNDATED + " (falls back: nothing there explains the symptom)",
     "slow-query-after-deploy": _UNDATED + " (falls back: nothing there explains the symptom)",
     "unexplained-errors": _UNDATED
@@ -687,8 +722,6 @@ SHARED_KNOWN_FAILURES = {
         "expected a fallback; the question says only 'since yesterday evening', and another "
         "incident's failed readiness probe (of a workload also called search) is taken"
     ),
-    "h2-check-ingress-504-nocause": "expected a fallback; " + _NOT_EXAMINED,
-    "h3-balance-sync-commit-failed": _NOT_EXAMINED,
     "h3-social-nginx-no-live-upstreams": _NOT_EXAMINED,
     "ledger-worker-oomkilled": _SHARED_TEMPLATE,
     "profile-db-scaled-to-zero": _TABLES_NOT_READ + " (the maintenance steps that scaled profile-db to zero)",
@@ -697,13 +730,21 @@ SHARED_KNOWN_FAILURES = {
     "h3-duchy-db-password-rotated": _NOT_EXAMINED,
     "h3-shop-proxy-503-nocause": "expected a fallback; " + _NOT_EXAMINED,
     "h2-dashboard-oauth2-too-big-header": "falls back; " + _NOT_EXAMINED,
+    "all-incidents-slow-query": _YEARS_READ_ONE_BY_ONE,
+    "booking-confirmer-lag": _YEARS_READ_ONE_BY_ONE + " (and a Mimir limit of the eighth set is taken)",
+    "push-delay-nocause": "expected a fallback, as it is; but " + _YEARS_READ_ONE_BY_ONE,
+    "recs-api-latency-nocause": "expected a fallback, as it is; but " + _YEARS_READ_ONE_BY_ONE,
+    "ho-login-502s": _YEARS_READ_ONE_BY_ONE + " (an expired refresh token is taken)",
+    "h8-catalog-web-mysql-lost-connection-nocause": (
+        "expected a fallback, as alone; another incident's stale price-feed warning and the release are taken"
+    ),
+    "h8-consul-servers-gossip-suspect-nocause": (
+        "expected a fallback, as alone; the question gives no time in a form read, and another incident's "
+        "stale-rate warning is taken"
+    ),
     "h5-notify-rabbitmq-heartbeats-nocause": (
         "expected a fallback; the client's FCM warnings, over before the symptom began, are tied to the "
         "dispatcher's release of the day before"
-    ),
-    "h6-orderhub-pulsar-send-timeout-nocause": (
-        "expected a fallback; the 'outbox_archive already exists' SQL warnings its document calls noise "
-        "are taken for the cause"
     ),
     "h6-portal-memcached-session-timeout-nocause": (
         "expected a fallback; the symptom is named its own cause, after a re-applied setting whose before "
