@@ -507,7 +507,7 @@ def test_the_command_s_children_end_with_it(monkeypatch: pytest.MonkeyPatch, tmp
         children.append(env)
         return subprocess.CompletedProcess(command, 0)
 
-    monkeypatch.setattr(eval_scenarios.subprocess, "run", started)
+    monkeypatch.setattr("chat.management.commands.eval_scenarios.subprocess.run", started)
     monkeypatch.setattr(settings, "VAR_DIR", tmp_path)
     monkeypatch.delenv(eval_scenarios.SCRATCH_FLAG, raising=False)
     call_command("eval_scenarios", str(FIXTURES))
