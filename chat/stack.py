@@ -91,13 +91,13 @@ def lifeline_env() -> dict[str, str]:
     return {"SBA_STACK_PID": str(os.getpid())}
 
 
-def _terminate_with_parent() -> None:
-    """In the child, before exec: the kernel sends SIGTERM when the parent thread exits (Linux)."""
+def signalled_when_parent_exits(signum: int = signal.SIGTERM) -> None:
+    """In the child, before exec: the kernel sends ``signum`` when the parent thread exits (Linux)."""
     if sys.platform == "linux":
         import ctypes
 
         pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signum)
 
 
 @dataclass
@@ -153,7 +153,7 @@ class Stack:
             stderr=subprocess.STDOUT if self.quiet else None,
             start_new_session=True,
             # and those that do not (the web server's supervisor, redis-server) get SIGTERM then
-            preexec_fn=_terminate_with_parent,
+            preexec_fn=signalled_when_parent_exits,
         )
 
     def banner(self) -> str:

@@ -576,7 +576,7 @@ def _from_iso(line: str, default_service: str) -> ParsedLine | None:
     inner = _record_after_time(rest, ts, default_service)
     if inner is not None:
         return inner
-    if (timed := _layout(rest, [layout for layout, _ in _TIMED])) is not None:
+    if (timed := _layout(rest, _TIMED_LAYOUTS)) is not None:
         return _entry(ts, default_service, *timed)  # the outer time kept, as for any line after it
     if (ruby := _RUBY.match(rest)) is not None:
         return _ruby_entry(ts, ruby, default_service)
@@ -706,16 +706,27 @@ _TIMED = (
 )
 
 
+#: the ``_TIMED`` layouts alone, as they are tried after another time
+_TIMED_LAYOUTS = tuple(layout for layout, _ in _TIMED)
+
+
+def _read_layout(m: re.Match[str] | None) -> tuple[str, str, dict[str, Any]] | None:
+    """The level, message and other fields of a layout's match, or ``None`` when there is no
+    match or its level is no level."""
+    if m is None:
+        return None
+    level = normalise_level(m["lvl"]) or _DOTNET_LEVELS.get(m["lvl"])
+    if level is None:
+        return None
+    details = {k: v.strip() for k, v in m.groupdict().items() if k not in ("lvl", "msg", "when") and v}
+    return level, m["msg"], details
+
+
 def _layout(text: str, layouts: Sequence[re.Pattern[str]]) -> tuple[str, str, dict[str, Any]] | None:
     """The level, message and other fields of the first layout ``text`` is written in."""
     for layout in layouts:
-        m = layout.match(text)
-        if m is None:
-            continue
-        level = normalise_level(m["lvl"]) or _DOTNET_LEVELS.get(m["lvl"])
-        if level is not None:
-            details = {k: v.strip() for k, v in m.groupdict().items() if k not in ("lvl", "msg", "when") and v}
-            return level, m["msg"], details
+        if (found := _read_layout(layout.match(text))) is not None:
+            return found
     return None
 
 
@@ -723,7 +734,7 @@ def _from_timed_layout(line: str, default_service: str, _now: datetime) -> Parse
     """A line in one of the ``_TIMED`` layouts, at its own time."""
     for layout, formats in _TIMED:
         m = layout.match(line)
-        found = _layout(line, [layout]) if m is not None else None
+        found = _read_layout(m)
         if m is None or found is None:
             continue
         when = m["when"].replace("  ", " ")

@@ -7,6 +7,8 @@ Each on a small incident of its own (times are minutes after 08:00 UTC)."""
 
 from __future__ import annotations
 
+import pytest
+
 from harness.inmemory import InMemoryKnowledge, InMemoryLogs, SqliteSqlSource
 from harness.llm.offline.chat import sentences
 from harness.llm.offline.evidence import ChangeRow, Pattern
@@ -69,39 +71,23 @@ def test_the_error_the_question_quotes_is_the_symptom_whichever_workload_logs_it
     assert "maximum payload exceeded" in run.payload["root_cause"]
 
 
-def test_a_probe_that_failed_while_the_pod_started_and_then_passed_is_no_cause() -> None:
-    # portal-web 8.4.0 went out at 09:32; its new pod refused one probe while starting. The
+@pytest.mark.parametrize(
+    ("refusals", "step"),
+    [
+        pytest.param(1, 0.5, id="one-refusal"),
+        # probed every ten seconds while it took a minute to start: six refusals, then it passed
+        pytest.param(6, 1 / 6, id="six-refusals-in-a-minute"),
+    ],
+)
+def test_a_probe_that_failed_while_the_pod_started_and_then_passed_is_no_cause(refusals: int, step: float) -> None:
+    # portal-web 8.4.0 went out at 09:32; its new pod refused the probe while starting. The
     # session-store timeouts from 09:41 say nothing of why.
     lines = traffic(["portal-web"])
     lines += burst(
-        "portal-web", "WARN", 91.5, 1,
+        "portal-web", "WARN", 91.5, refusals,
         'Unhealthy: Readiness probe failed: Get "https://10.66.3.12:8443/health": dial tcp 10.66.3.12:8443: '
         "connect: connection refused",
-    )  # fmt: skip
-    lines += burst(
-        "portal-web", "ERROR", 101.4, 8,
-        "Could not load session with id {i}: OperationTimeoutException: Timeout waiting for value",
-        1.5,
-    )  # fmt: skip
-    run = diagnose(
-        "Since about 09:40 UTC customers get logged out of the portal; portal-web logs 'Timeout waiting for value'. "
-        "What is the root cause?",
-        logs=InMemoryLogs(lines),
-        sql=deployments(("portal-web", "8.4.0", 92.0)),
-    )
-
-    assert_fallback(run)
-
-
-def test_a_probe_that_failed_only_while_the_pod_started_is_no_cause_however_often_it_was_probed() -> None:
-    # portal-web 8.4.0 went out at 09:32; its new pod took a minute to start, probed every ten
-    # seconds: six refusals in one minute, then it passed. The timeouts from 09:41 say nothing of why.
-    lines = traffic(["portal-web"])
-    lines += burst(
-        "portal-web", "WARN", 91.5, 6,
-        'Unhealthy: Readiness probe failed: Get "https://10.66.3.12:8443/health": dial tcp 10.66.3.12:8443: '
-        "connect: connection refused",
-        1 / 6,
+        step,
     )  # fmt: skip
     lines += burst(
         "portal-web", "ERROR", 101.4, 8,

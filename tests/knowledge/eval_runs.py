@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from config import lifeline
+from chat.stack import lifeline_env, signalled_when_parent_exits
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -46,11 +46,7 @@ TIMEOUT_S = 1500
 def _lowly_and_mortal() -> None:
     """In the child, before exec: the lowest CPU priority, and SIGKILL when the parent dies."""
     os.nice(19)
-    if sys.platform == "linux":
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    signalled_when_parent_exits(signal.SIGKILL)
 
 
 def scratch_env(var: Path, **overrides: str) -> dict[str, str]:
@@ -69,7 +65,7 @@ def scratch_env(var: Path, **overrides: str) -> dict[str, str]:
             "VAR_DIR": str(var / "var"),
             "EMBEDDINGS_PROVIDER": "none",
             "LOG_LEVEL": "WARNING",
-            lifeline.ENV: str(os.getpid()),
+            **lifeline_env(),
             **overrides,
         }
     )

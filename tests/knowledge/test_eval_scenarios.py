@@ -43,7 +43,7 @@ from knowledge.scenarios import (
     run_shared,
 )
 from tests.e2e.conftest import database_url_for_children
-from tests.knowledge.eval_runs import EVALUATIONS, PUBLIC, PUBLIC_SETS, REGRESSION, SHIPPED, TIMEOUT_S
+from tests.knowledge.eval_runs import EVALUATIONS, PUBLIC, PUBLIC_SETS, REGRESSION, SHIPPED, TIMEOUT_S, scratch_env
 
 FIXTURES = Path(__file__).resolve().parent / "scenario_fixtures"
 DIAGNOSED = FIXTURES / "pool-exhaustion.yaml"
@@ -367,23 +367,9 @@ def eval_command(*args: str | Path, env: dict[str, str], timeout: float = 240) -
 
 @pytest.fixture
 def command_env(tmp_path: Path) -> dict[str, str]:
-    """The command as an engineer runs it: offline models, lexical retrieval, its own VAR_DIR,
-    and DATABASE_URL pointing at the test database (which it must leave alone)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("LLM_", "OPENAI_", "EMBEDDINGS_", "EVIDENCE_", "SBA_EVAL"))
-    }
-    env.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "config.test_settings",
-            "DATABASE_URL": database_url_for_children(),
-            "VAR_DIR": str(tmp_path / "var"),
-            "EMBEDDINGS_PROVIDER": "none",
-            "LOG_LEVEL": "WARNING",
-        }
-    )
-    return env
+    """The command as an engineer runs it (see ``scratch_env``), with DATABASE_URL pointing at
+    the test database, which it must leave alone."""
+    return scratch_env(tmp_path, DATABASE_URL=database_url_for_children())
 
 
 @pytest.fixture
